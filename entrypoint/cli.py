@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 
 from entrypoint import __version__
+from entrypoint.frozen import frozen
 from entrypoint.plan import Plan, child_environment, resolve
 from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 
@@ -37,28 +37,28 @@ DEFAULT_COMMAND: tuple[str, ...] = ("serve",)
 SUBCOMMANDS = frozenset({"explain", "serve"})
 
 
-@dataclass(frozen=True)
+@frozen
 class ShowHelp:
     pass
 
 
-@dataclass(frozen=True)
+@frozen
 class ShowVersion:
     pass
 
 
-@dataclass(frozen=True)
+@frozen
 class UsageError:
     message: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Subcommand:
     name: str
     args: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Exec:
     """Replace this process with `argv` (argv[0] is looked up on PATH)."""
 

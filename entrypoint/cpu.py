@@ -70,8 +70,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from entrypoint.frozen import frozen
 
 # Importing `typing` costs a few ms that nothing else before the hand-off
 # needs, so the Literals exist for type checkers only (mypy treats a
@@ -107,7 +108,7 @@ _DIGITS = re.compile(r"-?[0-9]+")
 _MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuQuota:
     """One CFS quota, and where it was found."""
 
@@ -124,7 +125,7 @@ class CpuQuota:
     cgroup: str
 
 
-@dataclass(frozen=True)
+@frozen
 class CgroupReading:
     """What the cgroup cpu controller says, with every oddity met on the way."""
 
@@ -139,7 +140,7 @@ class CgroupReading:
     notes: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class CpuBudget:
     """The number of CPUs thread pools are sized from, and why."""
 
@@ -160,7 +161,7 @@ class CpuBudget:
 # Parsing (pure)
 
 
-@dataclass(frozen=True)
+@frozen
 class Mount:
     """One cgroup or cgroup2 line of ``/proc/self/mountinfo``."""
 
@@ -172,7 +173,7 @@ class Mount:
     super_options: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class CgroupMembership:
     """One line of ``/proc/self/cgroup``: ``ID:controller,list:/path``."""
 
@@ -316,7 +317,7 @@ def choose_mount(mounts: tuple[Mount, ...], cgroup_path: str | None) -> Mount | 
     return best
 
 
-@dataclass(frozen=True)
+@frozen
 class LevelValue:
     """What one level's control files say."""
 

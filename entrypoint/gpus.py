@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+from entrypoint.frozen import frozen, replace
 
 # Annotations only: `typing` and `collections.abc` cost start-up time, and the
 # Protocol below is for the type checker (mypy reads this like typing's).
@@ -86,7 +87,7 @@ _MIG_LEGACY_RE = re.compile(r"MIG-(GPU-[0-9A-Fa-f-]+)/(\d+)/(\d+)\Z")
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class MigDevice:
     """One MIG device (a compute instance) of a GPU in MIG mode, as NVML reports it."""
 
@@ -95,7 +96,7 @@ class MigDevice:
     memory_mb: int | None
 
 
-@dataclass(frozen=True)
+@frozen
 class PhysicalGpu:
     """What the driver reports, in the driver's (NVML) order."""
 
@@ -108,7 +109,7 @@ class PhysicalGpu:
     mig: tuple[MigDevice, ...] | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     """What TensorFlow will see."""
 
@@ -119,7 +120,7 @@ class Gpu:
     memory_mb: int | None
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuView:
     gpus: tuple[Gpu, ...]
     source: str  # "nvml", "/proc/driver/nvidia", or "none"
@@ -131,7 +132,7 @@ class GpuView:
 DeviceEntry = int | str
 
 
-@dataclass(frozen=True)
+@frozen
 class CudaVisibleDevices:
     """``CUDA_VISIBLE_DEVICES`` as CUDA reads it, before matching it to GPUs."""
 
@@ -156,7 +157,7 @@ class CudaVisibleDevices:
         return self.raw is not None and not self.raw.strip()
 
 
-@dataclass(frozen=True)
+@frozen
 class RuntimeRequest:
     """``NVIDIA_VISIBLE_DEVICES``: what the container runtime was asked to inject."""
 
@@ -305,7 +306,7 @@ def parse_nvidia_visible_devices(raw: str | None) -> RuntimeRequest:
 # --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class _Candidate:
     """A device CUDA would list by default, in default order."""
 
@@ -316,7 +317,7 @@ class _Candidate:
     is_mig: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class _Selection:
     chosen: tuple[_Candidate, ...]
     positions: tuple[int | None, ...]  # default-order position of each (None: not listed)
@@ -348,7 +349,7 @@ def _match_prefix(prefix: str, uuids: Sequence[str | None]) -> tuple[int | None,
     return None, "matches no GPU's UUID"
 
 
-@dataclass(frozen=True)
+@frozen
 class _Resolved:
     """One ``CUDA_VISIBLE_DEVICES`` entry matched to the default device list."""
 
@@ -814,7 +815,7 @@ def _error_text(exc: BaseException) -> str:
     return _show(text.strip(), limit=200) or type(exc).__name__
 
 
-@dataclass(frozen=True)
+@frozen
 class _Scan:
     gpus: tuple[PhysicalGpu, ...]
     source: str

@@ -61,16 +61,15 @@ runtime starts. Nothing is written to stdout; stderr lines start with
 true (and ``TF_ENTRYPOINT_QUIET`` is not).
 
 Imported by the entrypoint (for :func:`encode_plan`) and loaded by the hook in
-every process that imports TensorFlow: stdlib only, and it imports nothing
-from the rest of the package unless it must compute the plan itself.
+every process that imports TensorFlow: stdlib only (no dataclasses: it is on
+the hand-off path), and it imports nothing from the rest of the package
+unless it must compute the plan itself.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from dataclasses import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time
@@ -119,15 +118,54 @@ _PREFIX = "tf-entrypoint:"
 _PLAN_KEYS = ("intra_op_threads", "inter_op_threads", "allow_growth", "memory_limits_mb")
 
 
-@dataclass(frozen=True)
 class HookPlan:
-    """What the hook applies. None = leave TensorFlow's own behaviour."""
+    """What the hook applies. None = leave TensorFlow's own behaviour.
 
+    A frozen record written out by hand: the entrypoint imports this module at
+    every hand-off (for encode_plan), and this module may not import the rest
+    of the package (entrypoint.frozen) because it is loaded by path, beside a
+    user's own ``entrypoint`` module; ``dataclasses`` would cost more than the
+    whole entrypoint otherwise imports.
+    """
+
+    __slots__ = _PLAN_KEYS
     intra_op_threads: int | None
     inter_op_threads: int | None
     allow_growth: bool | None
     #: (TensorFlow GPU index, MB) pairs; decode_plan gives them sorted by index.
-    memory_limits_mb: tuple[tuple[int, int], ...] = ()
+    memory_limits_mb: tuple[tuple[int, int], ...]
+
+    def __init__(
+        self,
+        intra_op_threads: int | None,
+        inter_op_threads: int | None,
+        allow_growth: bool | None,
+        memory_limits_mb: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        values = (intra_op_threads, inter_op_threads, allow_growth, memory_limits_mb)
+        for key, value in zip(_PLAN_KEYS, values, strict=True):
+            object.__setattr__(self, key, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, key) for key in _PLAN_KEYS)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"HookPlan is frozen: cannot assign to {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"HookPlan is frozen: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{key}={getattr(self, key)!r}" for key in _PLAN_KEYS)
+        return f"HookPlan({shown})"
 
 
 # --- the wire format ----------------------------------------------------------
@@ -138,18 +176,31 @@ def encode_plan(plan: HookPlan) -> str:
     problem = plan_problem(plan)
     if problem:
         raise ValueError(f"cannot encode the plan: {problem}")
-    data = {
-        "version": PLAN_VERSION,
-        "intra_op_threads": plan.intra_op_threads,
-        "inter_op_threads": plan.inter_op_threads,
-        "allow_growth": plan.allow_growth,
-        "memory_limits_mb": {str(index): mb for index, mb in sorted(plan.memory_limits_mb)},
-    }
-    return json.dumps(data, separators=(",", ":"))
+    # Written out rather than json.dumps: importing json is a few ms that the
+    # hand-off would pay for one short line; plan_problem has already checked
+    # every value is an int, a bool or None (a test compares with json.dumps).
+    limits = ",".join(f'"{int(index)}":{int(mb)}' for index, mb in sorted(plan.memory_limits_mb))
+    return (
+        f'{{"version":{int(PLAN_VERSION)},'
+        f'"intra_op_threads":{_json_scalar(plan.intra_op_threads)},'
+        f'"inter_op_threads":{_json_scalar(plan.inter_op_threads)},'
+        f'"allow_growth":{_json_scalar(plan.allow_growth)},'
+        f'"memory_limits_mb":{{{limits}}}}}'
+    )
+
+
+def _json_scalar(value: int | bool | None) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(int(value))
 
 
 def decode_plan(text: str) -> HookPlan | str:
     """Parse TF_ENTRYPOINT_PLAN; a str is the reason it is malformed. Never raises."""
+    import json  # noqa: PLC0415 - only where TensorFlow is imported, not at hand-off
+
     try:
         data = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
     except (ValueError, RecursionError) as err:
@@ -251,6 +302,8 @@ def _short(text: str, limit: int) -> str:
 
 
 def _shown(value: object) -> str:
+    import json  # noqa: PLC0415 - see decode_plan
+
     return _short(json.dumps(value) if _jsonable(value) else repr(value), 40)
 
 

@@ -28,10 +28,9 @@ Decisions (see the README for the evidence):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from entrypoint import settings as s
 from entrypoint.cpu import CpuBudget, detect_cpu_budget
+from entrypoint.frozen import frozen
 from entrypoint.gpus import Gpu, GpuView, detect_gpus
 from entrypoint.problems import Notice, Problem
 from entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
@@ -53,21 +52,21 @@ LIBRARY_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_
 PLAN_VARIABLE = "TF_ENTRYPOINT_PLAN"
 
 
-@dataclass(frozen=True)
+@frozen
 class Threads:
     value: int
     #: The variable that set it, or the CPU budget's source ("cgroup v1 quota", ...).
     source: str
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryCap:
     index: int  # TensorFlow GPU index
     memory_mb: int
     gpu: Gpu | None  # None only when no GPU is visible (the cap is then ignored)
 
 
-@dataclass(frozen=True)
+@frozen
 class EnvValue:
     name: str
     value: str
@@ -75,7 +74,7 @@ class EnvValue:
     source: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     cpu: CpuBudget
     gpus: GpuView

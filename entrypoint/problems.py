@@ -7,7 +7,7 @@ run. Both are plain data: modules return them, only the CLI prints them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from entrypoint.frozen import frozen
 
 #: Exit code when the configuration (environment variables) is invalid.
 #: 78 is EX_CONFIG from sysexits.h: "something was found in an unconfigured or
@@ -21,7 +21,7 @@ EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
 
 
-@dataclass(frozen=True)
+@frozen
 class Problem:
     """One invalid value: which variable, what it held, what was expected."""
 
@@ -38,7 +38,7 @@ class Problem:
         return f"{what} is invalid{why}: expected {self.expected}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Notice:
     """Something the user should know that does not stop the command."""
 

@@ -42,8 +42,7 @@ Decisions where the spec was silent (a demanding user's view):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from entrypoint.frozen import frozen
 from entrypoint.problems import Notice, Problem
 
 # Importing `typing` costs a few ms and nothing else before the hand-off needs
@@ -152,7 +151,7 @@ EXPECTED_MILLICORES = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class VariableDoc:
     """One variable as --help and the README describe it."""
 
@@ -240,7 +239,7 @@ DOCS: tuple[VariableDoc, ...] = (
 VARIABLES: tuple[str, ...] = tuple(doc.name for doc in DOCS)
 
 
-@dataclass(frozen=True)
+@frozen
 class ThreadSetting:
     """A thread-pool size asked for by the user, or automatic."""
 
@@ -254,7 +253,7 @@ class ThreadSetting:
 AUTOMATIC = ThreadSetting(None, None)
 
 
-@dataclass(frozen=True)
+@frozen
 class Settings:
     """What the user asked for; every field has a usable value."""
 
@@ -287,7 +286,7 @@ DEFAULT_SETTINGS = Settings(
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class ParsedSettings:
     """Settings plus what is wrong with the environment they came from."""
 

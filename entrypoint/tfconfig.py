@@ -61,8 +61,7 @@ command, which may not be TensorFlow at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from entrypoint.frozen import frozen
 from entrypoint.problems import Notice, Problem
 from entrypoint.settings import is_blank
 
@@ -109,7 +108,7 @@ _MAX_INDEX_DIGITS = 18
 _HUGE_INDEX: int = 10**_MAX_INDEX_DIGITS
 
 
-@dataclass(frozen=True)
+@frozen
 class TfConfigProblem(Problem):
     """A Problem whose message abbreviates a long TF_CONFIG (``value`` keeps all of it).
 

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from entrypoint.frozen import frozen
 
 __all__ = [
     "GPU_FRACTION_FLAG",
@@ -139,7 +140,7 @@ def serving_argv(
     return command + tuple(f"--{flag}={value}" for flag, value in wanted if flag not in given)
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuMemoryFraction:
     """What --per_process_gpu_memory_fraction should be, and what it means."""
 

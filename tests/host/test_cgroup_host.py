@@ -45,15 +45,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: Run in the child process once it sits in the test cgroup.
 CHILD_SCRIPT = """
-import dataclasses, json, sys
+import json, sys
 from entrypoint.cpu import detect_cpu_budget
+from entrypoint.frozen import fields
 budget = detect_cpu_budget(rounding=sys.argv[1])
 reading = budget.cgroup
 print(json.dumps({
     "proc_self_cgroup": open("/proc/self/cgroup").read(),
     "version": reading.version,
     "readable": reading.readable,
-    "quota": None if reading.quota is None else dataclasses.asdict(reading.quota),
+    "quota": None if reading.quota is None else {
+        name: getattr(reading.quota, name) for name in fields(reading.quota)
+    },
     "notes": list(reading.notes),
     "cpus": budget.cpus,
     "exact": budget.exact,

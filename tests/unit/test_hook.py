@@ -345,6 +345,33 @@ def test_encode_decode_round_trip(plan: HookPlan) -> None:
     assert decode_plan(encode_plan(plan)) == plan
 
 
+@given(plans)
+def test_hand_written_encoding_is_what_json_dumps_writes(plan: HookPlan) -> None:
+    expected = {
+        "version": 1,
+        "intra_op_threads": plan.intra_op_threads,
+        "inter_op_threads": plan.inter_op_threads,
+        "allow_growth": plan.allow_growth,
+        "memory_limits_mb": {str(i): mb for i, mb in sorted(plan.memory_limits_mb)},
+    }
+    assert encode_plan(plan) == json.dumps(expected, separators=(",", ":"))
+
+
+def test_hook_plan_is_a_frozen_value() -> None:
+    plan = HookPlan(1, 2, None, ((0, 5),))
+    assert plan == HookPlan(1, 2, None, ((0, 5),))
+    assert plan != HookPlan(1, 2, None)
+    assert hash(plan) == hash(HookPlan(1, 2, None, ((0, 5),)))
+    assert repr(plan) == (
+        "HookPlan(intra_op_threads=1, inter_op_threads=2, allow_growth=None, "
+        "memory_limits_mb=((0, 5),))"
+    )
+    with pytest.raises(AttributeError):
+        plan.intra_op_threads = 3
+    with pytest.raises(AttributeError):
+        del plan.allow_growth
+
+
 @given(st.text(max_size=200))
 def test_decode_never_raises(text: str) -> None:
     assert isinstance(decode_plan(text), HookPlan | str)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from entrypoint.frozen import replace
 from entrypoint.problems import Notice, Problem
 from entrypoint.settings import (
     ALLOW_GROWTH,

@@ -16,22 +16,29 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
+#: Never on the hand-off path: dataclasses imports inspect (and ast, dis,
+#: tokenize...) and execs every method; together with our classes that was most
+#: of the entrypoint's start-up (entrypoint/frozen.py replaces it).
+HEAVY = {"typing", "json", "dataclasses", "inspect", "tensorflow"}
+
 # module -> what importing it must not load
 CASES = {
-    "entrypoint.settings": {"typing", "decimal", "fractions", "json", "tensorflow"},
-    "entrypoint.tfconfig": {"typing", "json", "tensorflow"},  # json only once TF_CONFIG is set
-    "entrypoint.cpu": {"typing", "json", "tensorflow"},
-    "entrypoint.gpus": {"typing", "json", "pynvml", "tensorflow"},
-    "entrypoint.plan": {"typing", "json", "entrypoint.hook", "tensorflow"},
+    "entrypoint.frozen": HEAVY,
+    "entrypoint.problems": HEAVY,
+    "entrypoint.settings": HEAVY | {"decimal", "fractions"},
+    "entrypoint.tfconfig": HEAVY,  # json only once TF_CONFIG is set
+    "entrypoint.cpu": HEAVY,
+    "entrypoint.gpus": HEAVY | {"pynvml"},
+    "entrypoint.plan": HEAVY | {"entrypoint.hook"},
+    # Loaded lazily, only when the command is tensorflow_model_server.
+    "entrypoint.tfserving": HEAVY,
     # The whole hand-off path: explain, the hook and TF Serving's helpers load lazily.
-    "entrypoint.cli": {
-        "typing",
-        "json",
+    "entrypoint.cli": HEAVY
+    | {
         "entrypoint.explain",
         "entrypoint.tfserving",
         "entrypoint.serving",
         "starlette",
-        "tensorflow",
     },
 }
 
@@ -48,3 +55,33 @@ def test_import_stays_cheap(module: str) -> None:
         timeout=30,
     )
     assert result.stdout.strip() == "[]"
+
+
+#: At the moment of the hand-off (execvpe), after planning and encoding the plan.
+HAND_OFF_SCRIPT = """
+import os, sys
+from entrypoint import cli
+def handed_off(file, argv, env):
+    print(sorted(set(sys.argv[1].split(",")) & set(sys.modules)))
+    sys.stdout.flush()
+    os._exit(0)
+os.execvpe = handed_off
+sys.exit(cli.main(["true"]))
+"""
+
+
+@pytest.mark.parametrize("command", ["true", "tensorflow_model_server"])
+def test_hand_off_stays_cheap(command: str) -> None:
+    """The whole path, planning and plan encoding included, up to the exec."""
+    heavy = HEAVY | {"entrypoint.explain", "entrypoint.serving", "starlette"}
+    script = HAND_OFF_SCRIPT.replace('["true"]', repr([command]))
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script, ",".join(sorted(heavy))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "TF_ENTRYPOINT_QUIET": "1"},
+    )
+    assert result.stdout.strip() == "[]", result.stderr
