@@ -111,6 +111,29 @@ def wait_for_quiet(threshold: float, max_wait: float, poll: float = 15) -> dict[
     }
 
 
+def busy_cpus(window: float = 3.0) -> float:
+    """CPUs busy machine-wide (plus steal) over the next `window` seconds, from /proc/stat."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+        return user + nice + system + irq + softirq + steal, os.sysconf("SC_CLK_TCK")
+
+    (before, tick), started = sample(), time.monotonic()
+    time.sleep(window)
+    after, _ = sample()
+    return (after - before) / tick / (time.monotonic() - started)
+
+
+def wait_until_idle(threshold: float, max_wait: float) -> float:
+    """Sleep until the machine is idle (busy CPUs below threshold over 3 s); the last reading."""
+    deadline = time.monotonic() + max_wait
+    busy = busy_cpus()
+    while busy >= threshold and time.monotonic() < deadline:
+        busy = busy_cpus()
+    return busy
+
+
 def _cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):

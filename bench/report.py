@@ -106,20 +106,33 @@ def sweep_markdown(sweep: dict[str, Any]) -> list[str]:
     lines = [
         "## Quota sweep",
         "",
-        f"{c['reps']} interleaved repetitions, each (limit, mode, repetition) in its own "
-        f"container; per workload {c['warmup']} s warm-up then {c['seconds']} s timed. "
-        "Throughput in samples/s, latency per call in ms: median of the repetitions "
-        "(min-max). Ratios are medians of the automatic plan over the median of the other "
-        "mode; in brackets the range of the same ratio taken repetition by repetition.",
+        f"{c['reps']} repetitions; in each, for every limit, one fresh container per mode "
+        "traces and warms up the workloads, then the modes take turns: per workload "
+        f"{c['rounds']} rounds in which every mode runs one window of {c['warmup']} s warm-up "
+        f"and {c['seconds']} s timed (the order rotates round by round; idle containers "
+        "wait on stdin and use no CPU). So every mode is measured across the same stretch "
+        "of time, and the machine's drifts cancel in the ratios. Throughput in samples/s, "
+        "latency per call in ms: per container over all its windows, then the median of "
+        "the repetitions (min-max). Ratios are medians of the automatic plan over the "
+        "median of the other mode; in brackets the range of the same ratio taken "
+        "repetition by repetition. **Control**: auto against the manual setting that asks "
+        "for exactly the threads auto chose: the same configuration in a different "
+        "container, so its distance from 1.00x is this machine's noise.",
         "",
         "| limit | workload | auto plan (intra/inter) | TF defaults: throughput, p99 | "
         "auto: throughput, p99 | best manual: setting, throughput, p99 | auto / best: "
-        "throughput, p99 | auto / defaults: throughput, p99 | targets |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "throughput, p99 | auto / defaults: throughput, p99 | control: auto / same manual "
+        "| targets |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in sweep["cells"]:
         m, best = cell["modes"], cell["best_manual"]
-        vb, vd = cell["auto_vs_best"], cell["auto_vs_defaults"]
+        vb, vd, vs = cell["auto_vs_best"], cell["auto_vs_defaults"], cell["auto_vs_same_manual"]
+        control = (
+            f"{ratio(vs['throughput'])}{paired(vs['throughput_paired'])}, {ratio(vs['p99'])}"
+            if vs
+            else "n/a"
+        )
         lines.append(
             f"| {cell['limit']} | {cell['workload']} | {cell['auto_plan']} "
             f"| {_thr_p99(m['defaults'])} | {_thr_p99(m['auto'])} "
@@ -127,7 +140,7 @@ def sweep_markdown(sweep: dict[str, Any]) -> list[str]:
             f"| {ratio(vb['throughput'])}{paired(vb['throughput_paired'])}, "
             f"{ratio(vb['p99'])}{paired(vb['p99_paired'])} "
             f"| {ratio(vd['throughput'])}{paired(vd['throughput_paired'])}, "
-            f"{ratio(vd['p99'])}{paired(vd['p99_paired'])} | {_verdict(cell)} |"
+            f"{ratio(vd['p99'])}{paired(vd['p99_paired'])} | {control} | {_verdict(cell)} |"
         )
     lines += ["", *_disturbed(sweep), "", *_gains(sweep), "", *_evidence(sweep), ""]
     lines += _every_mode(sweep)
@@ -135,18 +148,19 @@ def sweep_markdown(sweep: dict[str, Any]) -> list[str]:
 
 
 def _disturbed(sweep: dict[str, Any]) -> list[str]:
-    runs = sweep["runs"]
-    repeated = sum(len(r.get("discarded", ())) for r in runs)
-    stayed = [f"{r['limit']} {r['mode']} rep {r['rep']}" for r in runs if r.get("disturbed")]
-    failed = [f"{r['limit']} {r['mode']} rep {r['rep']}" for r in runs if "error" in r]
-    limit = sweep["config"].get("disturbed_cpus")
+    c = sweep["config"]
+    blocks = {(r["limit"], r["rep"]): r for r in sweep["runs"]}
+    repeated = sum(len(r.get("discarded_rounds", ())) for r in blocks.values())
+    stayed = sum(r.get("disturbed_rounds", 0) for r in blocks.values())
+    failed = [f"{f['limit']} rep {f['rep']}" for f in sweep.get("failures", ())]
     text = (
-        f"{len(runs)} runs. A run is repeated (up to {sweep['config'].get('retries', 0)} times) "
-        f"when other processes or the hypervisor took more than {limit} CPUs from its CPUs "
-        f"during a timed workload (machine-wide /proc/stat minus the container's own CPU "
-        f"time): {repeated} repeated"
+        f"{len(blocks)} (limit, repetition) blocks of {len(c['modes'])} containers. A round "
+        f"is run again (up to {c['retries']} times per workload and block) when other "
+        f"processes or the hypervisor took more than {c['disturbed_cpus']} CPUs from the "
+        "machine during any of its windows (on the host: the root cgroup's CPU time minus "
+        f"the container's, plus steal): {repeated} rounds run again"
     )
-    text += f"; still disturbed after that: {', '.join(stayed)}" if stayed else ""
+    text += f"; {stayed} kept although still disturbed" if stayed else ""
     text += f"; failed: {', '.join(failed)}" if failed else ""
     return [text + "."]
 
@@ -414,6 +428,7 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         axes[0][col].axhline(1.0, color="black", linewidth=0.6)
         axes[1][col].set_yscale("log")
         ticker = importlib.import_module("matplotlib.ticker")
+        axes[1][col].yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         axes[1][col].yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         axes[1][col].yaxis.set_minor_formatter(ticker.NullFormatter())
         for row in (0, 1):

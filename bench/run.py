@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,18 +53,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--out", type=Path, default=REPO / "docs" / "bench", help="default: docs/bench")
     add("--parts", default=",".join(PARTS), help="comma-separated subset of " + ",".join(PARTS))
     add("--quick", action="store_true", help="one tiny cell per mode: a smoke of the harness")
-    add("--reps", type=int, default=3, help="repetitions (sweep and serving; default 3)")
-    add("--seconds", type=float, default=1.5, help="timed seconds per sweep workload")
+    add("--reps", type=int, default=6, help="sweep repetitions (fresh containers each)")
+    add("--rounds", type=int, default=3, help="sweep windows per workload and repetition")
+    add("--window", type=float, default=0.5, help="timed seconds per sweep window")
     add(
         "--limits",
         default=",".join(sweep.LIMITS),
         help="sweep limits, of: " + ",".join(sweep.LIMITS),
     )
     add("--pairs", type=int, default=40, help="container-start pairs (overhead)")
-    add("--rounds", type=int, default=200, help="in-container rounds (overhead)")
+    add("--probe-rounds", type=int, default=200, help="in-container rounds (overhead)")
     add(
         "--client", default="auto", choices=["auto", "wrk", "python"], help="serving load generator"
     )
+    add("--serving-reps", type=int, default=5, help="serving repetitions")
+    add("--serving-seconds", type=float, default=3.0, help="seconds per serving run")
     add("--quiet-load", type=float, default=0.6, help="wait for a 1-min load average below this")
     add("--max-wait", type=float, default=2400, help="seconds to wait for it (0: do not wait)")
     add("--no-plot", action="store_true", help="skip the PNGs (no matplotlib needed)")
@@ -79,7 +83,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict[str, Any]]]:
     if args.quick:
         sweep_config = sweep.SweepConfig(
-            limits=("cpus=1",), manual=((1, 1),), reps=1, seconds=0.2, warmup=0.05
+            limits=("cpus=1",),
+            manual=((1, 1),),
+            reps=1,
+            rounds=2,
+            seconds=0.1,
+            warmup=0.05,
+            retries=0,
         )
         serving_config = serving.ServingConfig(
             concurrencies=(2,),
@@ -92,10 +102,12 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
         pairs, rounds, tf_rounds = 2, 3, 1
     else:
         sweep_config = sweep.SweepConfig(
-            limits=tuple(args.limits), reps=args.reps, seconds=args.seconds
+            limits=tuple(args.limits), reps=args.reps, rounds=args.rounds, seconds=args.window
         )
-        serving_config = serving.ServingConfig(reps=args.reps, client=args.client)
-        pairs, rounds, tf_rounds = args.pairs, args.rounds, 5
+        serving_config = serving.ServingConfig(
+            reps=args.serving_reps, seconds=args.serving_seconds, client=args.client
+        )
+        pairs, rounds, tf_rounds = args.pairs, args.probe_rounds, 5
     return {
         "sweep": lambda: sweep.run_sweep(image, sweep_config),
         "overhead": lambda: overhead.run_overhead(image, pairs, rounds, tf_rounds),
@@ -103,8 +115,14 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
     }
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # runs the cleanup in main's finally
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)  # even when started in the background
     quiet = None
     if not args.quick and args.max_wait > 0:
         quiet = wait_for_quiet(args.quiet_load, args.max_wait)

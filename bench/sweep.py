@@ -1,10 +1,18 @@
 """The quota sweep: the same TensorFlow workloads under CPU limits and thread settings.
 
-Every (limit, mode, repetition) runs in its own container of the image:
-bench/workload.py (mounted read-only) warms up, times each workload and
-prints JSON. Repetitions are interleaved: repetition r runs every limit, and
-within a limit every mode back to back, in an order rotated by r, so machine
-drift hits all modes of a cell alike and cancels in the ratios.
+The machine's speed drifts by 10-20 % over seconds (other tenants of the
+host), more than the effects measured here, so modes are never timed one
+after another. Instead, for each (repetition, limit) one container per mode
+starts (bench/workload.py --slices, mounted read-only), traces and warms up
+every workload, and waits. The harness then hands out short timed windows
+in turn: for each workload, ROUNDS rounds in which every mode runs one
+window (order rotated round by round). Idle containers block on stdin and
+use no CPU, so each window has the machine to itself, and every mode's
+windows are spread over the same minute. A round during which others (other
+processes, the hypervisor as steal) took more than `disturbed_cpus` from the
+benchmark's CPUs is discarded and run again once the machine is idle.
+Each repetition starts fresh containers, so the process-level luck (thread
+placement, memory layout) is sampled too.
 
 Modes:
 
@@ -17,12 +25,29 @@ Modes:
 
 from __future__ import annotations
 
+import json
+import os
+import select
+import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
-from bench.common import BENCH, last_json_line, loadavg, log, median, now_iso, run_container
+from bench.common import (
+    BENCH,
+    LABEL,
+    NAMES,
+    docker,
+    loadavg,
+    log,
+    median,
+    now_iso,
+    wait_until_idle,
+)
+from bench.workload import SAMPLES, summary
 
 #: Docker arguments per CPU limit. "none" is the whole (2-core) machine.
 LIMITS: dict[str, list[str]] = {
@@ -36,10 +61,7 @@ LIMITS: dict[str, list[str]] = {
 #: intra/inter pairs of the manual sweep: every pool size from 1 to the host's
 #: CPU count (2 here); more threads than CPUs only oversubscribes.
 MANUAL: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1), (2, 2))
-WORKLOADS = ("infer1", "infer64", "train")
-
-#: Give up after this many failed containers in a row (a broken image, say).
-MAX_FAILURES_IN_A_ROW = 3
+WORKLOADS = tuple(SAMPLES)
 
 #: The targets of issue 7, as ratios within one run.
 TARGET_VS_BEST_THROUGHPUT = 0.95
@@ -51,14 +73,20 @@ TARGET_VS_DEFAULTS_THROUGHPUT = 0.97
 class SweepConfig:
     limits: tuple[str, ...] = tuple(LIMITS)
     manual: tuple[tuple[int, int], ...] = MANUAL
-    reps: int = 3
-    seconds: float = 1.5
-    warmup: float = 0.3
+    reps: int = 6
+    #: rounds per workload and repetition; each mode runs one window per round
+    rounds: int = 3
+    #: timed seconds per window, after `warmup` untimed seconds
+    seconds: float = 0.5
+    warmup: float = 0.1
     workloads: tuple[str, ...] = WORKLOADS
-    #: A run during which other processes (or the hypervisor, as steal) took
-    #: more than this many CPUs from the benchmark's CPUs is repeated.
+    #: A round during which other processes (or the hypervisor, as steal) took
+    #: more than this many CPUs from the benchmark's CPUs is run again...
     disturbed_cpus: float = 0.15
-    retries: int = 2
+    #: ...up to this many times, after waiting (up to idle_wait seconds) for
+    #: the machine to be idle.
+    retries: int = 3
+    idle_wait: float = 60
 
     @property
     def modes(self) -> list[str]:
@@ -81,55 +109,134 @@ def mode_arguments(mode: str) -> tuple[list[str], list[str]]:
     return env, ["python"]
 
 
-def run_one(image: str, limit: str, mode: str, config: SweepConfig) -> dict[str, Any]:
-    extra, prefix = mode_arguments(mode)
-    args = ["--network", "none", "-v", f"{BENCH}:/bench:ro", *LIMITS[limit], *extra]
-    command = [
-        *prefix,
-        "/bench/workload.py",
-        "--seconds",
-        str(config.seconds),
-        "--warmup",
-        str(config.warmup),
-        "--workloads",
-        ",".join(config.workloads),
-    ]
-    started = time.monotonic()
-    done = run_container(args, image, command, timeout=300)
-    result: dict[str, Any] = last_json_line(done.stdout)
-    result["container_s"] = round(time.monotonic() - started, 2)
-    return result
+#: cgroup CPU-time files of the host's root cgroup (whole machine, precise), and
+#: the unit of their counter in nanoseconds: cgroup v1 cpuacct, cgroup v2 cpu.stat.
+CGROUP_ROOTS = (
+    ("/sys/fs/cgroup/cpuacct", "cpuacct.usage"),
+    ("/sys/fs/cgroup/cpu,cpuacct", "cpuacct.usage"),
+    ("/sys/fs/cgroup", "cpu.stat"),
+)
 
 
-def disturbance(result: dict[str, Any]) -> float:
-    """The most CPU others took during any timed workload of a run (in CPUs)."""
-    cpu = [w.get("cpu", {}) for w in result["workloads"].values()]
-    return max((c.get("foreign_cpus", 0) + c.get("steal_cpus", 0) for c in cpu), default=0.0)
+def _cpu_ns(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    if path.name == "cpuacct.usage":
+        return int(text)
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec":
+            return int(value) * 1000
+    return None
 
 
-def measured(image: str, limit: str, mode: str, config: SweepConfig) -> dict[str, Any]:
-    """One (limit, mode, repetition): repeated while others disturbed it (up to retries)."""
-    entry: dict[str, Any] = {"limit": limit, "mode": mode, "discarded": []}
-    for attempt in range(config.retries + 1):
-        entry["loadavg_1m"] = loadavg()[0]
+def container_cpu_files(container_id: str) -> tuple[Path, Path] | None:
+    """(the host's root cgroup CPU file, the container's), when the host tree shows both.
+
+    Read on the host, both are exact (ns or us), unlike /proc/stat, which
+    samples busy time at each tick but measures idle time exactly, and so
+    counts a bursty workload's own sub-tick bursts as somebody else's.
+    """
+    for root, name in CGROUP_ROOTS:
+        for sub in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+            own = Path(root, sub, name)
+            if _cpu_ns(own) is not None and _cpu_ns(Path(root, name)) is not None:
+                return Path(root, name), own
+    return None
+
+
+class HostCpu:
+    """What others took from the machine while one container ran a window (host side)."""
+
+    def __init__(self, files: tuple[Path, Path]) -> None:
+        self.files = files
+        self.start = self._sample()
+
+    def _sample(self) -> tuple[float, int, int, float]:
+        root, own = (_cpu_ns(f) or 0 for f in self.files)
+        steal = int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8])
+        return time.monotonic(), root, own, steal / os.sysconf("SC_CLK_TCK")
+
+    def result(self) -> dict[str, float]:
+        wall, root, own, steal = self._sample()
+        elapsed = wall - self.start[0]
+        others = (root - self.start[1]) - (own - self.start[2])
+        return {
+            "foreign_cpus": round(max(0, others) / 1e9 / elapsed, 3),
+            "steal_cpus": round((steal - self.start[3]) / elapsed, 3),
+        }
+
+
+class Worker:
+    """One container of bench/workload.py --slices: a mode under a limit, waiting for windows."""
+
+    def __init__(self, image: str, limit: str, mode: str, config: SweepConfig) -> None:
+        extra, prefix = mode_arguments(mode)
+        self.mode = mode
+        self.name = NAMES.new()
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        argv = [
+            *("docker", "run", "-i", "--rm", "--name", self.name, "--label", LABEL),
+            *("--network", "none", "-v", f"{BENCH}:/bench:ro", *LIMITS[limit], *extra, image),
+            *(*prefix, "/bench/workload.py", "--slices", "--warmup", str(config.warmup)),
+            *("--workloads", ",".join(config.workloads)),
+        ]
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
+        )
+        self.threads: dict[str, Any] = {}
+        self.cpu_files: tuple[Path, Path] | None = None
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else b""
+        if not line.startswith(b"{"):
+            self.stderr.seek(0)
+            tail = self.stderr.read().decode(errors="replace").strip()[-1500:]
+            why = "no answer in time" if not ready else f"exit {self.process.poll()}"
+            raise RuntimeError(f"{self.mode} ({self.name}): {why}\n{tail}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ready(self, timeout: float = 300) -> None:
+        self.threads = self._answer(timeout)["threads"]
+        container_id = docker("inspect", "-f", "{{.Id}}", self.name, check=False)
+        self.cpu_files = container_cpu_files(container_id) if container_id else None
+
+    def window(self, workload: str, seconds: float, warmup: float) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        ask = {"workload": workload, "seconds": seconds, "warmup": warmup}
+        host = HostCpu(self.cpu_files) if self.cpu_files else None
+        self.process.stdin.write(json.dumps(ask).encode() + b"\n")
+        self.process.stdin.flush()
+        window = self._answer(timeout=60 + 4 * (seconds + warmup))
+        if host is not None:  # warm-up included: whatever ran meanwhile
+            window["host_cpu"] = host.result()
+        return window
+
+    def close(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()  # EOF: the workload exits
         try:
-            result = run_one(image, limit, mode, config)
-        except (RuntimeError, ValueError) as err:
-            entry["error"] = str(err)
-            log(f"sweep: {limit} {mode}: FAILED: {err}")
-            return entry
-        entry["result"] = result
-        others = disturbance(result)
-        if others <= config.disturbed_cpus:
-            return entry
-        if attempt < config.retries:
-            log(f"sweep: {limit} {mode}: others took {others:.2f} CPUs; repeating")
-            entry.pop("result")
-            entry["discarded"].append(
-                {"others_cpus": round(others, 3), "loadavg_1m": entry["loadavg_1m"]}
-            )
-    entry["disturbed"] = True
-    return entry
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        NAMES.remove(self.name)
+        self.stderr.close()
+
+
+def disturbance(window: dict[str, Any]) -> float:
+    """CPU others took from the machine during a window (in CPUs).
+
+    From the host's cgroup tree when readable (exact); else from the
+    container's view of /proc/stat (tick-sampled: it over-counts bursty work).
+    """
+    cpu = window.get("host_cpu") or window["cpu"]
+    return float(cpu.get("foreign_cpus", 0) + cpu.get("steal_cpus", 0))
 
 
 def rotated(items: Sequence[str], by: int) -> list[str]:
@@ -137,22 +244,79 @@ def rotated(items: Sequence[str], by: int) -> list[str]:
     return [*items[by:], *items[:by]]
 
 
+def measure_limit(image: str, limit: str, rep: int, config: SweepConfig) -> list[dict[str, Any]]:
+    """One repetition under one limit: a container per mode, windows in turn."""
+    workers = {mode: Worker(image, limit, mode, config) for mode in config.modes}
+    windows: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in config.modes}
+    discarded: list[dict[str, Any]] = []
+    disturbed = 0
+    try:
+        for worker in workers.values():
+            worker.ready()
+        for workload in config.workloads:
+            kept = retries = 0
+            while kept < config.rounds:
+                got = {
+                    mode: workers[mode].window(workload, config.seconds, config.warmup)
+                    for mode in rotated(config.modes, rep + kept)
+                }
+                others = max(disturbance(w) for w in got.values())
+                if others > config.disturbed_cpus and retries < config.retries:
+                    retries += 1
+                    idle = wait_until_idle(config.disturbed_cpus, config.idle_wait)
+                    log(
+                        f"sweep: {limit} {workload} round {kept}: others took {others:.2f} "
+                        f"CPUs; running it again (machine now {idle:.2f} CPUs busy)"
+                    )
+                    discarded.append(
+                        {"workload": workload, "round": kept, "others_cpus": round(others, 3)}
+                    )
+                    continue
+                disturbed += others > config.disturbed_cpus
+                for mode, window in got.items():
+                    windows[mode].setdefault(workload, []).append(window)
+                kept += 1
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return [
+        {
+            "limit": limit,
+            "mode": mode,
+            "rep": rep,
+            "result": {
+                "threads": workers[mode].threads,
+                "workloads": {w: summary(ws, SAMPLES[w]) for w, ws in windows[mode].items()},
+            },
+            "discarded_rounds": discarded,
+            "disturbed_rounds": disturbed,
+            "disturbance_from": "host cgroups" if workers[mode].cpu_files else "/proc/stat",
+        }
+        for mode in config.modes
+    ]
+
+
 def run_sweep(image: str, config: SweepConfig) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
-    total = len(config.limits) * len(config.modes) * config.reps
+    failures: list[dict[str, Any]] = []
     began, load_before = now_iso(), loadavg()
     clock = time.monotonic()
+    blocks = len(config.limits) * config.reps
     for rep in range(config.reps):
         for limit in config.limits:
-            for mode in rotated(config.modes, rep):
-                runs.append({**measured(image, limit, mode, config), "rep": rep})
-                recent = runs[-MAX_FAILURES_IN_A_ROW:]
-                if len(recent) == MAX_FAILURES_IN_A_ROW and all("error" in r for r in recent):
-                    raise RuntimeError(f"{MAX_FAILURES_IN_A_ROW} runs in a row failed; stopping")
-                log(
-                    f"sweep {len(runs)}/{total}: {limit:9} {mode:12} rep {rep} "
-                    f"({time.monotonic() - clock:.0f} s)"
-                )
+            try:
+                runs += measure_limit(image, limit, rep, config)
+            except (RuntimeError, ValueError, OSError) as err:
+                log(f"sweep: {limit} rep {rep}: FAILED: {err}")
+                failures.append({"limit": limit, "rep": rep, "error": str(err)})
+                if len(failures) >= 2 and not runs:
+                    raise RuntimeError(f"the first runs all failed; stopping: {err}") from err
+                continue
+            done = len(runs) // len(config.modes) + len(failures)
+            log(
+                f"sweep {done}/{blocks}: {limit:9} rep {rep} done "
+                f"({time.monotonic() - clock:.0f} s)"
+            )
     data = {
         "config": {**asdict(config), "modes": config.modes, "limit_args": LIMITS},
         "started": began,
@@ -160,6 +324,7 @@ def run_sweep(image: str, config: SweepConfig) -> dict[str, Any]:
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
         "runs": runs,
+        "failures": failures,
     }
     data["cells"] = analyse(data)
     return data
@@ -235,14 +400,24 @@ def analyse_cell(
     vs_defaults = _compare(
         per_rep["auto"], stats["auto"], "defaults", per_rep["defaults"], stats["defaults"]
     )
+    plan = _plan(runs, limit)
+    # The control: the manual mode that asks for exactly what the plan chose.
+    # Same configuration, so its ratio shows the benchmark's own noise.
+    same = f"manual {plan}"
+    vs_same = (
+        _compare(per_rep["auto"], stats["auto"], same, per_rep[same], stats[same])
+        if same in stats
+        else None
+    )
     return {
         "limit": limit,
         "workload": workload,
-        "auto_plan": _plan(runs, limit),
+        "auto_plan": plan,
         "best_manual": best,
         "modes": stats,
         "auto_vs_best": vs_best,
         "auto_vs_defaults": vs_defaults,
+        "auto_vs_same_manual": vs_same,
         "targets": {
             "throughput_vs_best": vs_best["throughput"] >= TARGET_VS_BEST_THROUGHPUT,
             "p99_vs_best": vs_best["p99"] <= TARGET_VS_BEST_P99,

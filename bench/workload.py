@@ -1,6 +1,7 @@
 """TensorFlow workloads for the quota sweep; runs INSIDE the image.
 
     python /bench/workload.py [--seconds 2] [--warmup 0.5] [--workloads infer1,infer64,train]
+    python /bench/workload.py --slices [--warmup 0.1]    # windows on demand (bench/sweep.py)
     python /bench/workload.py --export /models/mlp/1
 
 The model is a small Keras MLP (32 -> 512 -> 512 -> 10, ReLU, float32, about
@@ -20,6 +21,11 @@ processes and the hypervisor (steal) took from its CPUs meanwhile (from
 disturbed run; plus the thread settings TensorFlow ended up with. Nothing
 else is written to stdout.
 
+--slices (what the quota sweep uses) warms every workload up, prints
+{"ready": true, "threads": ...}, then runs one timed window per stdin line
+({"workload": W, "seconds": S, "warmup": U}) and answers with its raw
+latencies, throttling and CPU figures, until EOF.
+
 --export writes the same model, with random but fixed weights, as a
 SavedModel in TF Serving's layout (signature serving_default: x float32
 [batch, 32] -> y float32 [batch, 10]) for the serving benchmark.
@@ -36,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 INPUT, HIDDEN, CLASSES = 32, 512, 10
-WORKLOADS = ("infer1", "infer64", "train")
+#: workload -> samples per call
+SAMPLES = {"infer1": 1, "infer64": 64, "train": 64}
+WORKLOADS = tuple(SAMPLES)
 
 
 def cpu_stat() -> dict[str, int]:
@@ -164,16 +172,16 @@ def make_steps(tf: Any, model: Any) -> dict[str, tuple[Any, int]]:
     x64 = rng.normal([64, INPUT])
     y64 = rng.uniform([64], maxval=CLASSES, dtype=tf.int32)
     # .numpy() fetches the result, as a caller that uses it must.
-    return {
-        "infer1": (lambda: infer(x1).numpy(), 1),
-        "infer64": (lambda: infer(x64).numpy(), 64),
-        "train": (lambda: train_step(x64, y64).numpy(), 64),
+    steps = {
+        "infer1": lambda: infer(x1).numpy(),
+        "infer64": lambda: infer(x64).numpy(),
+        "train": lambda: train_step(x64, y64).numpy(),
     }
+    return {name: (step, SAMPLES[name]) for name, step in steps.items()}
 
 
-def measure(step: Any, samples: int, seconds: float, warmup: float) -> dict[str, Any]:
-    for _ in range(3):  # trace and build
-        step()
+def timed_window(step: Any, seconds: float, warmup: float) -> dict[str, Any]:
+    """warmup untimed seconds, then each call timed for `seconds` (at least 20 calls)."""
     clock = time.perf_counter
     end = clock() + warmup
     while clock() < end:
@@ -189,10 +197,23 @@ def measure(step: Any, samples: int, seconds: float, warmup: float) -> dict[str,
         after_call = clock()
         latencies.append(after_call - now)
         now = after_call
-    elapsed = now - started
-    stat = throttling(before, cpu_stat())
-    others = disturbance.result()
-    latencies.sort()
+    return {
+        "seconds": now - started,
+        "latencies": latencies,
+        "throttling": throttling(before, cpu_stat()),
+        "cpu": disturbance.result(),
+    }
+
+
+def summary(windows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
+    """One workload's figures over one or more timed windows."""
+    latencies = sorted(x for w in windows for x in w["latencies"])
+    elapsed = sum(w["seconds"] for w in windows)
+    throttled = {
+        key: round(sum(w["throttling"][key] for w in windows), 1)
+        for key in ("periods", "throttled_periods", "throttled_ms")
+    }
+    cpu = {key: max(w["cpu"][key] for w in windows) for key in windows[0]["cpu"]}
     return {
         "calls": len(latencies),
         "seconds": round(elapsed, 3),
@@ -201,9 +222,40 @@ def measure(step: Any, samples: int, seconds: float, warmup: float) -> dict[str,
         "p50_ms": round(percentile(latencies, 50) * 1e3, 4),
         "p99_ms": round(percentile(latencies, 99) * 1e3, 4),
         "max_ms": round(latencies[-1] * 1e3, 4),
-        "throttling": stat,
-        "cpu": others,
+        "windows": len(windows),
+        "throttling": throttled,
+        "cpu": cpu,
     }
+
+
+def measure(step: Any, samples: int, seconds: float, warmup: float) -> dict[str, Any]:
+    for _ in range(3):  # trace and build
+        step()
+    return summary([timed_window(step, seconds, warmup)], samples)
+
+
+def serve_slices(tf: Any, steps: dict[str, tuple[Any, int]], warmup: float) -> None:
+    """Slice mode: warm every workload, say ready, then run the windows asked on stdin.
+
+    Each stdin line is {"workload": W, "seconds": S, "warmup": U}; the answer
+    (one stdout line) is the window's raw figures, latencies in seconds. EOF
+    ends the process. The harness keeps one such process per mode alive and
+    gives them windows in turn, so slow drifts of the machine's speed hit
+    every mode alike.
+    """
+    for step, _ in steps.values():
+        for _ in range(3):  # trace and build
+            step()
+        timed_window(step, 0, warmup)
+    sys.stdout.write(json.dumps({"ready": True, "threads": thread_facts(tf)}) + "\n")
+    sys.stdout.flush()
+    for line in sys.stdin:
+        ask = json.loads(line)
+        step, _ = steps[ask["workload"]]
+        window = timed_window(step, float(ask["seconds"]), float(ask["warmup"]))
+        window["latencies"] = [round(x, 7) for x in window["latencies"]]
+        sys.stdout.write(json.dumps(window) + "\n")
+        sys.stdout.flush()
 
 
 def thread_facts(tf: Any) -> dict[str, Any]:
@@ -244,6 +296,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=float, default=0.5, help="untimed seconds per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--export", type=Path, help="write the model as a SavedModel here")
+    parser.add_argument(
+        "--slices", action="store_true", help="slice mode: take timed windows from stdin"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     started = time.perf_counter()
@@ -258,6 +313,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown workloads: {', '.join(unknown)}")
     steps = make_steps(tf, build_model(tf))
+    if args.slices:
+        serve_slices(tf, steps, args.warmup)
+        return 0
     results = {name: measure(*steps[name], args.seconds, args.warmup) for name in chosen}
     out = {"import_s": round(import_s, 3), "threads": thread_facts(tf), "workloads": results}
     sys.stdout.write(json.dumps(out) + "\n")

@@ -80,6 +80,13 @@ def test_sweep_has_every_cell(quick_run: Path) -> None:
         }
         assert _number(cell["auto_vs_best"]["throughput"])
         assert _number(cell["auto_vs_defaults"]["p99"])
+        # the control: auto against the manual mode asking for the same threads
+        assert cell["auto_vs_same_manual"]["against"] == "manual 1/1"
+        assert _number(cell["auto_vs_same_manual"]["throughput"])
+    # every mode ran every round of every workload, in windows
+    for run in data["runs"]:
+        for result in run["result"]["workloads"].values():
+            assert result["windows"] == config["rounds"]
 
 
 def test_defaults_mode_bypasses_the_entrypoint(quick_run: Path) -> None:
