@@ -74,7 +74,7 @@ $(BENCH_VENV)/bin/python: requirements/bench.lock
 	@touch $@
 
 .PHONY: bench
-bench: image-cpu $(BENCH_VENV)/bin/python ## run the benchmarks and regenerate docs/bench (about 30 min; see bench/run.py)
+bench: image-cpu $(BENCH_VENV)/bin/python ## run the benchmarks and regenerate docs/bench (about an hour; see bench/run.py)
 	$(BENCH_VENV)/bin/python -m bench.run
 
 .PHONY: prune

@@ -1,6 +1,6 @@
 """Run the benchmarks of issue 7 and regenerate docs/bench/ (JSON, Markdown, PNG).
 
-    python -m bench.run                      # everything, about 30 min on 2 cores
+    python -m bench.run                      # everything, about an hour on 2 cores
     python -m bench.run --parts overhead     # one part; the others' JSON is kept
     python -m bench.run --quick --out DIR    # a smoke of the harness (a minute or two)
 
