@@ -47,7 +47,7 @@ from bench.common import (
     now_iso,
     wait_until_idle,
 )
-from bench.workload import SAMPLES, summary
+from bench.workload import CGROUP_CPU_DIRS, SAMPLES, cgroup_cpu_seconds, summary
 
 #: Docker arguments per CPU limit. "none" is the whole (2-core) machine.
 LIMITS: dict[str, list[str]] = {
@@ -109,53 +109,29 @@ def mode_arguments(mode: str) -> tuple[list[str], list[str]]:
     return env, ["python"]
 
 
-#: cgroup CPU-time files of the host's root cgroup (whole machine, precise), and
-#: the unit of their counter in nanoseconds: cgroup v1 cpuacct, cgroup v2 cpu.stat.
-CGROUP_ROOTS = (
-    ("/sys/fs/cgroup/cpuacct", "cpuacct.usage"),
-    ("/sys/fs/cgroup/cpu,cpuacct", "cpuacct.usage"),
-    ("/sys/fs/cgroup", "cpu.stat"),
-)
+def container_cgroups(container_id: str) -> tuple[Path, Path] | None:
+    """(the host's root cgroup, the container's cgroup), when the host tree shows both.
 
-
-def _cpu_ns(path: Path) -> int | None:
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    if path.name == "cpuacct.usage":
-        return int(text)
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "usage_usec":
-            return int(value) * 1000
-    return None
-
-
-def container_cpu_files(container_id: str) -> tuple[Path, Path] | None:
-    """(the host's root cgroup CPU file, the container's), when the host tree shows both.
-
-    Read on the host, both are exact (ns or us), unlike /proc/stat, which
-    samples busy time at each tick but measures idle time exactly, and so
-    counts a bursty workload's own sub-tick bursts as somebody else's.
+    Read on the host, both CPU times are exact (ns or us), unlike /proc/stat,
+    which samples busy time at each tick but measures idle time exactly, and
+    so counts a bursty workload's own sub-tick bursts as somebody else's.
     """
-    for root, name in CGROUP_ROOTS:
+    for root in map(Path, CGROUP_CPU_DIRS):
         for sub in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
-            own = Path(root, sub, name)
-            if _cpu_ns(own) is not None and _cpu_ns(Path(root, name)) is not None:
-                return Path(root, name), own
+            if None not in (cgroup_cpu_seconds(root / sub), cgroup_cpu_seconds(root)):
+                return root, root / sub
     return None
 
 
 class HostCpu:
     """What others took from the machine while one container ran a window (host side)."""
 
-    def __init__(self, files: tuple[Path, Path]) -> None:
-        self.files = files
+    def __init__(self, cgroups: tuple[Path, Path]) -> None:
+        self.cgroups = cgroups
         self.start = self._sample()
 
-    def _sample(self) -> tuple[float, int, int, float]:
-        root, own = (_cpu_ns(f) or 0 for f in self.files)
+    def _sample(self) -> tuple[float, float, float, float]:
+        root, own = (cgroup_cpu_seconds(c) or 0.0 for c in self.cgroups)
         steal = int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8])
         return time.monotonic(), root, own, steal / os.sysconf("SC_CLK_TCK")
 
@@ -164,7 +140,7 @@ class HostCpu:
         elapsed = wall - self.start[0]
         others = (root - self.start[1]) - (own - self.start[2])
         return {
-            "foreign_cpus": round(max(0, others) / 1e9 / elapsed, 3),
+            "foreign_cpus": round(max(0.0, others) / elapsed, 3),
             "steal_cpus": round((steal - self.start[3]) / elapsed, 3),
         }
 
@@ -187,7 +163,7 @@ class Worker:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
         )
         self.threads: dict[str, Any] = {}
-        self.cpu_files: tuple[Path, Path] | None = None
+        self.cgroups: tuple[Path, Path] | None = None
 
     def _answer(self, timeout: float) -> dict[str, Any]:
         assert self.process.stdout is not None
@@ -204,12 +180,12 @@ class Worker:
     def ready(self, timeout: float = 300) -> None:
         self.threads = self._answer(timeout)["threads"]
         container_id = docker("inspect", "-f", "{{.Id}}", self.name, check=False)
-        self.cpu_files = container_cpu_files(container_id) if container_id else None
+        self.cgroups = container_cgroups(container_id) if container_id else None
 
     def window(self, workload: str, seconds: float, warmup: float) -> dict[str, Any]:
         assert self.process.stdin is not None
         ask = {"workload": workload, "seconds": seconds, "warmup": warmup}
-        host = HostCpu(self.cpu_files) if self.cpu_files else None
+        host = HostCpu(self.cgroups) if self.cgroups else None
         self.process.stdin.write(json.dumps(ask).encode() + b"\n")
         self.process.stdin.flush()
         window = self._answer(timeout=60 + 4 * (seconds + warmup))
@@ -290,7 +266,7 @@ def measure_limit(image: str, limit: str, rep: int, config: SweepConfig) -> list
             },
             "discarded_rounds": discarded,
             "disturbed_rounds": disturbed,
-            "disturbance_from": "host cgroups" if workers[mode].cpu_files else "/proc/stat",
+            "disturbance_from": "host cgroups" if workers[mode].cgroups else "/proc/stat",
         }
         for mode in config.modes
     ]

@@ -77,17 +77,34 @@ def throttling(before: dict[str, int], after: dict[str, int]) -> dict[str, float
     return {"periods": periods, "throttled_periods": throttled, "throttled_ms": round(ms, 1)}
 
 
+#: Where a cgroup's CPU time is kept: v1 cpuacct (two mount names), v2.
+CGROUP_CPU_DIRS = ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup")
+
+
+def cgroup_cpu_seconds(directory: Path) -> float | None:
+    """CPU time used by a cgroup: v1 cpuacct.usage (ns) or v2 cpu.stat usage_usec."""
+    try:
+        return int((directory / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        pass
+    try:
+        text = (directory / "cpu.stat").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec" and value.strip().isdigit():
+            return int(value) / 1e6
+    return None
+
+
 def own_cpu_seconds() -> float:
-    """CPU time this container has used (cgroup v1 cpuacct.usage or v2 cpu.stat); 0 if unknown."""
-    for path in (
-        "/sys/fs/cgroup/cpuacct/cpuacct.usage",
-        "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage",
-    ):
-        try:
-            return int(Path(path).read_text()) / 1e9
-        except (OSError, ValueError):
-            continue
-    return cpu_stat().get("usage_usec", 0) / 1e6
+    """CPU time this container has used; 0 if unknown."""
+    for directory in CGROUP_CPU_DIRS:
+        seconds = cgroup_cpu_seconds(Path(directory))
+        if seconds is not None:
+            return seconds
+    return 0.0
 
 
 def host_cpu_seconds(cpus: set[int]) -> tuple[float, float]:
