@@ -24,6 +24,10 @@ venv: $(BIN)/pytest ## create .venv with the pinned test and lint tools
 lock: venv ## regenerate the hashed dependency locks in requirements/
 	scripts/lock
 
+.PHONY: wheel
+wheel: ## build dist/tf_entrypoint-VERSION-py3-none-any.whl from HEAD, reproducibly (version from git)
+	scripts/build-wheel
+
 .PHONY: base-image
 base-image: ## build the air-gapped Debian base image (tf-entrypoint-base:bookworm)
 	scripts/build-base-image $(if $(EXTRA_CA_BUNDLE),--ca-bundle $(EXTRA_CA_BUNDLE))
