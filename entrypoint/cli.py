@@ -177,6 +177,11 @@ def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -
         return EXIT_CONFIG
     for notice in plan.notices:
         _say(f"warning: {notice}")
+    from entrypoint.hook import tensorflow_missing  # noqa: PLC0415 - loaded at hand-off anyway
+
+    missing = tensorflow_missing(env)
+    if missing:
+        _say(f"warning: {missing}")
     argv, serving_notes = serving_command(argv, plan)
     for note in serving_notes:
         _say(f"warning: {note}")

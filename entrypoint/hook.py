@@ -82,6 +82,7 @@ __all__ = [
     "ALLOW_GROWTH_VARIABLE",
     "INTER_OP_NATIVE",
     "INTRA_OP_NATIVE",
+    "OLDEST_TENSORFLOW",
     "PLAN_VARIABLE",
     "PLAN_VERSION",
     "QUIET_VARIABLE",
@@ -94,6 +95,8 @@ __all__ = [
     "on_tensorflow_imported",
     "plan_for_process",
     "switch_state",
+    "tensorflow_missing",
+    "version_problem",
 ]
 
 PLAN_VARIABLE = "TF_ENTRYPOINT_PLAN"
@@ -615,6 +618,9 @@ def on_tensorflow_imported(
             f"{SWITCH_VARIABLE}={_shown(switch)} is not on/off "
             "(on: true/1/yes, off: off/false/0/no); the hook stays on"
         )
+    too_old = version_problem(getattr(tf, "__version__", None))
+    if too_old:
+        say(too_old)
     source, plan = plan_for_process(env)
     if isinstance(plan, str):
         say(plan)
@@ -626,6 +632,56 @@ def on_tensorflow_imported(
         what = ", ".join(done) if done else "nothing to apply"
         say(f"hook applied the plan from {source} after import tensorflow: {what}")
     return done
+
+
+#: The oldest TensorFlow the hook is tested with (TensorFlow 2.12, Rasa 3.6's pin).
+OLDEST_TENSORFLOW = (2, 12)
+
+
+def version_problem(version: object) -> str:
+    """One line when TensorFlow `version` is older than OLDEST_TENSORFLOW, else ''.
+
+    The plan is still applied: every call is guarded, and TensorFlow has had
+    these setters since 2.0. An unreadable version says nothing.
+    """
+    if not isinstance(version, str):
+        return ""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+        return ""
+    if (int(parts[0]), int(parts[1])) >= OLDEST_TENSORFLOW:
+        return ""
+    oldest = ".".join(map(str, OLDEST_TENSORFLOW))
+    return (
+        f"TensorFlow {version} is older than {oldest}, the oldest version tf-entrypoint "
+        "is tested with; the plan is applied as far as this TensorFlow allows"
+    )
+
+
+def tensorflow_missing(env: Mapping[str, str], python: str | None = None) -> str:
+    """One line when this Python cannot import tensorflow, else ''. Imports nothing.
+
+    For the entrypoint, before the hand-off: the hook is installed in this
+    Python only, so a TensorFlow found elsewhere (another venv, another
+    interpreter) gets the native variables but not the hook. Nothing to say
+    when TF_ENTRYPOINT_HOOK turns the hook off.
+    """
+    if switch_state(env.get(SWITCH_VARIABLE)) == "off":
+        return ""
+    # A small module over the import system's own (already loaded) classes.
+    from importlib.machinery import PathFinder  # noqa: PLC0415 - only at hand-off
+
+    try:
+        if PathFinder.find_spec("tensorflow") is not None:
+            return ""
+    except Exception:  # noqa: BLE001 - a strange sys.path entry: say nothing
+        return ""
+    where = python or sys.prefix
+    return (
+        f"TensorFlow is not installed in the Python that has tf-entrypoint ({where}): the "
+        "command still gets the thread variables, but the in-process hook (thread getters, "
+        "GPU memory caps) works only in a Python where both are installed"
+    )
 
 
 def _say(message: str) -> None:
