@@ -45,7 +45,7 @@ lint: venv ## ruff, mypy (strict for entrypoint/), hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/hadolint Dockerfile.*
+	$(BIN)/hadolint Dockerfile.* docs/own-image/Dockerfile.* tests/matrix/*.Dockerfile
 
 .PHONY: unit
 unit: venv ## the tests that need no Docker engine

@@ -3,7 +3,7 @@
 ARG IMAGE=tf-entrypoint:cpu
 FROM ${IMAGE}
 # Extra packages: as root, into the image's venv (/opt/venv, first on PATH).
-USER root
+USER 0
 COPY requirements.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
 # The application, owned by root: the app user can read it, not change it.

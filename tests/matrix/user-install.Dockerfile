@@ -2,7 +2,7 @@
 # app user on top of an image that has it in the system site-packages already.
 ARG IMAGE=tf-entrypoint-matrix:tf2.12-py3.10
 FROM ${IMAGE}
-USER root
+USER 0
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin app
 COPY tf_entrypoint-*.whl /tmp/
 USER 10001
