@@ -51,6 +51,10 @@ lint: venv ## ruff, mypy (strict for entrypoint/), hadolint
 unit: venv ## the tests that need no Docker engine
 	$(BIN)/pytest -m "not container" $(PYTEST_ARGS)
 
+.PHONY: matrix
+matrix: venv ## the version matrix alone: the wheel next to TensorFlow 2.11-2.21 in other images (tests/matrix)
+	$(BIN)/pytest tests/matrix $(PYTEST_ARGS)
+
 SECURITY_VENV ?= .venv-security
 
 $(SECURITY_VENV)/bin/checkov: requirements/security.lock

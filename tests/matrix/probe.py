@@ -1,9 +1,9 @@
 """What the matrix asks each TensorFlow version; mounted read-only at /probe in the containers.
 
     python3 /probe/probe.py getters   intra inter (tf.config.threading getters)
-    python3 /probe/probe.py threads   threads in this process after a few matmuls
-    python3 /probe/probe.py keras     Keras major, backend, fit ok, intra, inter (no tf import)
-    python3 /probe/probe.py versions  TensorFlow's and Python's versions
+    python3 /probe/probe.py threads   threads in this process after a few matmuls, intra, inter
+    python3 /probe/probe.py report    TensorFlow, Python, Keras major, backend, fit ok, intra,
+                                      inter: a Keras fit, importing keras only (not tensorflow)
 
 The last line of stdout is the answer. It must run on every Python the matrix
 has (3.10 and 3.11) and every TensorFlow (2.11-2.21).
@@ -31,10 +31,10 @@ def threads() -> tuple[object, ...]:
     for _ in range(8):
         x = tf.matmul(x, x) / 256.0
     x.numpy()
-    return (len(os.listdir("/proc/self/task")),)
+    return (len(os.listdir("/proc/self/task")), *getters())
 
 
-def keras() -> tuple[object, ...]:
+def report() -> tuple[object, ...]:
     # Keras 2 (TensorFlow 2.12-2.15: the keras package is tf.keras) or Keras 3
     # (2.16+: standalone, TensorFlow backend). Either imports TensorFlow itself.
     import keras
@@ -51,6 +51,8 @@ def keras() -> tuple[object, ...]:
     backend = keras.backend.backend() if hasattr(keras.backend, "backend") else "tensorflow"
     tf = sys.modules["tensorflow"]
     return (
+        tf.__version__,
+        "{}.{}".format(*sys.version_info[:2]),
         keras.__version__.split(".")[0],
         backend,
         "fit-ok" if ok else f"fit-bad:{losses}",
@@ -59,15 +61,5 @@ def keras() -> tuple[object, ...]:
     )
 
 
-def versions() -> tuple[object, ...]:
-    import tensorflow as tf
-
-    return (tf.__version__, "{}.{}".format(*sys.version_info[:2]))
-
-
 if __name__ == "__main__":
-    print(
-        *{"getters": getters, "threads": threads, "keras": keras, "versions": versions}[
-            sys.argv[1]
-        ]()
-    )
+    print(*{"getters": getters, "threads": threads, "report": report}[sys.argv[1]]())
