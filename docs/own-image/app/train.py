@@ -8,7 +8,11 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(1024, 8)).astype("float32")
 y = x.sum(axis=1, keepdims=True)
 model = tf.keras.Sequential(
-    [tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(16, activation="relu"), tf.keras.layers.Dense(1)]
+    [
+        tf.keras.Input(shape=(8,)),
+        tf.keras.layers.Dense(16, activation="relu"),
+        tf.keras.layers.Dense(1),
+    ]
 )
 model.compile(optimizer="adam", loss="mse")
 history = model.fit(x, y, epochs=3, batch_size=64, verbose=0)
