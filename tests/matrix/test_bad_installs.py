@@ -106,11 +106,17 @@ def test_two_copies_of_the_hook(two_copies: Containers, probe_mount: dict[str, A
     ]
 
 
-def test_pythonnousersite_hides_the_user_copy(
-    two_copies: Containers, probe_mount: dict[str, Any]
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        pytest.param(GETTERS, {"PYTHONNOUSERSITE": "1"}, id="PYTHONNOUSERSITE"),
+        pytest.param(["python3", "-s", *GETTERS[1:]], {}, id="python-s"),
+    ],
+)
+def test_without_the_user_site_one_copy_remains(
+    two_copies: Containers, probe_mount: dict[str, Any], command: list[str], env: dict[str, str]
 ) -> None:
-    env = {"PYTHONNOUSERSITE": "1"}
-    ran = two_copies.run(GETTERS, volumes=probe_mount, environment=env, timeout=300, **ONE_CPU)
+    ran = two_copies.run(command, volumes=probe_mount, environment=env, timeout=300, **ONE_CPU)
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout.split() == ["1", "1"]  # the system copy alone
     assert [line for line in tf_lines(ran.stderr) if "copies" in line] == []
@@ -129,3 +135,17 @@ def test_python_dash_capital_s_skips_every_hook(
     assert ran.exit_code == 0, ran.stderr
     # No .pth file ran: the getters are TensorFlow's own 0; the native variables still act.
     assert ran.stdout.split() == ["0", "0"]
+
+
+def test_a_venv_with_system_site_packages_gets_the_system_hook(
+    two_copies: Containers, probe_mount: dict[str, Any]
+) -> None:
+    """TensorFlow and tf-entrypoint in the system site-packages, the command in a venv over it."""
+    script = (
+        "python3 -m venv --system-site-packages /tmp/venv && "
+        "PYTHONNOUSERSITE=1 /tmp/venv/bin/python /probe/probe.py getters"
+    )
+    ran = two_copies.run(["-c", script], entrypoint=["sh"], volumes=probe_mount, **ONE_CPU)
+    assert ran.exit_code == 0, ran.stderr
+    # No entrypoint ran: the system copy's hook computed the plan itself.
+    assert ran.stdout.split()[-2:] == ["1", "1"]

@@ -154,8 +154,9 @@ def test_a_program_that_configures_tensorflow_like_rasa(
         **ONE_CPU,
     )
     assert answer(ran) == expected
-    for line in our_lines(ran):
-        assert "could not" not in line
-        assert "stepped aside" not in line
-        assert "error" not in line
+    # The summary and one warning (no GPU for the caps; or 2 threads over a
+    # 1-CPU budget); nothing from the hook.
+    lines = our_lines(ran)
+    assert len(lines) == 2, ran.stderr
+    assert lines[0].startswith("tf-entrypoint: warning: "), lines
     assert "Traceback" not in ran.stderr
