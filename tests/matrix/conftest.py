@@ -20,14 +20,15 @@ Cells (TF_ENTRYPOINT_MATRIX=tf2.12,tf2.21 limits a run to some of them):
 plus, for the bad-input tests, TensorFlow 2.11.1 on jammy (older than the
 range) and the bookworm base with no TensorFlow at all.
 
-Base images: `python:3.11-slim-bookworm` / `ubuntu:22.04` when present
-locally; otherwise (no registry, as on this project's machines) the
-air-gapped bases from scripts/build-base-image: tf-entrypoint-base:bookworm
-and tf-entrypoint-matrix-base:jammy (built on first use; the Ubuntu
-archive's keyring comes from its own ubuntu-keyring package, checked against
-a pinned SHA-256). Images are tagged $TF_ENTRYPOINT_MATRIX_REPOSITORY
-(default tf-entrypoint-matrix):CELL-tf (TensorFlow alone, the expensive
-layer the cache keeps) and :CELL (with the entrypoint).
+Base images: always the air-gapped ones from scripts/build-base-image
+(tf-entrypoint-base:bookworm, which the images' build makes too, and
+tf-entrypoint-matrix-base:jammy), built on first use, so the matrix runs the
+same with or without a registry (the public python:3.11-slim-bookworm and
+ubuntu:22.04 are not used). The Ubuntu archive's keyring comes from its own
+ubuntu-keyring package, checked against a pinned SHA-256. Images are tagged
+$TF_ENTRYPOINT_MATRIX_REPOSITORY (default tf-entrypoint-matrix):CELL-tf
+(TensorFlow alone, the expensive layer the cache keeps) and :CELL (with the
+entrypoint).
 """
 
 from __future__ import annotations
@@ -52,9 +53,7 @@ REPO = HERE.parents[1]
 RECIPES = REPO / "docs" / "own-image"
 LOCKS = REPO / "requirements" / "matrix"
 
-BOOKWORM_PUBLIC = "python:3.11-slim-bookworm"
 BOOKWORM_AIRGAP = "tf-entrypoint-base:bookworm"
-JAMMY_PUBLIC = "ubuntu:22.04"
 JAMMY_AIRGAP = "tf-entrypoint-matrix-base:jammy"
 UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
 #: ubuntu-keyring 2021.03.26 (jammy main): the archive keys 790BC7277767219C42C86F933B4FE6ACC0B21F32
@@ -146,12 +145,13 @@ def ubuntu_keyring(cache: Path) -> Path:
 
 
 def base_image(kind: str) -> str:
-    """The public base when present locally, else the air-gapped one (built on first use)."""
-    public, airgap = {"bookworm": (BOOKWORM_PUBLIC, BOOKWORM_AIRGAP)}.get(
-        kind, (JAMMY_PUBLIC, JAMMY_AIRGAP)
-    )
-    if have_image(public):
-        return public
+    """The air-gapped base of that kind (built on first use).
+
+    Always these, even where python:3.11-slim-bookworm or ubuntu:22.04 could
+    be pulled: the matrix then runs the same everywhere, and this is the path
+    that is tested.
+    """
+    airgap = BOOKWORM_AIRGAP if kind == "bookworm" else JAMMY_AIRGAP
     if have_image(airgap):
         return airgap
     ca = os.environ.get("EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
