@@ -38,7 +38,7 @@ def report() -> tuple[object, ...]:
     # Keras 2 (TensorFlow 2.12-2.15: the keras package is tf.keras) or Keras 3
     # (2.16+: standalone, TensorFlow backend). Either imports TensorFlow itself.
     import keras
-    import numpy as np
+    import numpy as np  # type: ignore[import-not-found, unused-ignore]
 
     x = np.linspace(-1.0, 1.0, 512, dtype="float32").reshape(-1, 1)
     model = keras.Sequential(

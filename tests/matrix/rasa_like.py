@@ -82,7 +82,7 @@ def setup_gpu() -> int:
 def main() -> int:
     setup_cpu()
     configured = setup_gpu()
-    import numpy as np
+    import numpy as np  # type: ignore[import-not-found, unused-ignore]
     import tensorflow as tf
 
     x = np.linspace(-1.0, 1.0, 256, dtype="float32").reshape(-1, 1)
