@@ -320,9 +320,10 @@ class Manager:
                 for version in model.serving:
                     if version.number not in aspired and self._begin_unload(model, version):
                         finished.append(version)
-            self._forget_old(model)
         for version in finished:
             self._finish_unload(version)
+        with self._lock:
+            self._forget_old(model)
         return errors
 
     def _load(self, model: Model, version: Version) -> str:

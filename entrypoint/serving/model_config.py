@@ -114,15 +114,8 @@ def _policy(proto: Any, where: str) -> Policy:
     if which is None:
         return Latest()
     if which == "latest":
-        count = proto.latest.num_versions
-        if count == 0:  # TF Serving: an unset num_versions means 1
-            return Latest()
-        if count < 0:
-            raise ConfigError(
-                f"{where}: model_version_policy.latest.num_versions is {count}: "
-                "expected a positive number"
-            )
-        return Latest(count)
+        # uint32: protobuf refuses negative counts; TF Serving reads 0 (unset) as 1.
+        return Latest(proto.latest.num_versions or 1)
     if which == "all":
         return All()
     versions = tuple(sorted(set(proto.specific.versions)))
