@@ -80,7 +80,7 @@ def states(manager: Manager, name: str = "m") -> dict[int, str]:
     return {s.version: s.state for s in manager.status(p.Route("status", name))}
 
 
-def route(kind: str = "predict", name: str = "m", version: int | None = None) -> p.Route:
+def route(kind: p.Kind = "predict", name: str = "m", version: int | None = None) -> p.Route:
     return p.Route(kind, name, version)
 
 
