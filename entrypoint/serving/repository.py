@@ -16,10 +16,11 @@ log = logging.getLogger("entrypoint.serving")
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
-#: What identifies one export of a version directory: a directory renamed into
-#: place (or re-created) gets a new one, so a failed version is retried only
-#: when its files were replaced.
-Identity = tuple[int, int]
+#: What identifies one export of a version directory: the directory's inode
+#: and change time (which a rename or re-creation updates and `cp -a` cannot
+#: set back) and its saved_model.pb's inode, size and modification time. A
+#: failed version is retried only once its files were replaced.
+Identity = tuple[int, ...]
 
 
 def scan(model_dir: Path) -> dict[int, Path] | None:
@@ -52,6 +53,12 @@ def scan(model_dir: Path) -> dict[int, Path] | None:
 def identity(directory: Path) -> Identity | None:
     try:
         stat = directory.stat()
+        marks = [stat.st_ino, stat.st_ctime_ns]
+        for name in SAVED_MODEL_FILES:
+            path = directory / name
+            if path.is_file():
+                graph = path.stat()
+                marks += [graph.st_ino, graph.st_size, graph.st_mtime_ns]
     except OSError:
         return None
-    return (stat.st_ino, stat.st_mtime_ns)
+    return tuple(marks)
