@@ -8,6 +8,7 @@ what TF Serving's metadata shows); execution goes through
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 from collections.abc import Mapping
@@ -19,6 +20,13 @@ import tensorflow as tf
 from entrypoint.serving import protocol as p
 
 log = logging.getLogger("entrypoint.serving")
+
+# TensorFlow's ~270,000 Python objects (and the server's) live as long as the
+# process: move them out of the cyclic garbage collector's sight, so that a
+# collection (after a version is unloaded, or any full one) walks only the
+# models' objects. Measured under --cpus 1: 4 ms instead of 0.35-0.57 s with
+# every thread stalled on the GIL (README, "Model versions").
+gc.freeze()
 
 SERVE_TAG = "serve"
 #: TF Serving's warm-up file, a TFRecord of PredictionLog (saved_model_warmup.md).
