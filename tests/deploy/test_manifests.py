@@ -171,6 +171,33 @@ def test_tfjob_follows_kubeflow_v1(tfjob: Doc) -> None:
         ]
 
 
+def test_the_chief_writes_the_model_volume_on_the_servers_node() -> None:
+    """The TFJob's chief shares the ReadWriteOnce volume with the running server
+    (same node), so version 2 is swapped in live: no scaling the server to 0."""
+    servers = [
+        doc
+        for _, doc in objects()
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "tf-serving"
+    ]
+    assert len(servers) == 2  # base/ and overlays/gpu/
+
+    def claims(pod: Doc) -> set[str]:
+        volumes = pod["volumes"]
+        return {
+            v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
+        }
+
+    for tfjob in tfjobs():
+        chief = tfjob["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+        affinity = chief["affinity"]["podAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        for server in servers:
+            labels = server["spec"]["template"]["metadata"]["labels"]
+            assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+            assert claims(chief) == claims(server["spec"]["template"]["spec"]) == {"tf-models"}
+
+
 @pytest.mark.parametrize("tfjob", tfjobs(), ids=lambda d: d["metadata"]["name"])
 def test_tf_config_the_operator_writes_passes_the_entrypoint(tfjob: Doc) -> None:
     """The TF_CONFIG Kubeflow gives each replica of this TFJob is accepted."""
