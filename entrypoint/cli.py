@@ -109,8 +109,10 @@ first argument starting with '-' is passed to the default command. Use '--'
 before a COMMAND whose name is also one of ours (serve, explain).
 
 commands:
-  serve [OPTIONS]    serve a SavedModel over TF Serving's REST API on :8501
-                     (the default command; see serve --help)
+  serve [OPTIONS]    serve SavedModels over TF Serving's REST API on :8501:
+                     MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's
+                     --model_config_file; new versions are swapped in while
+                     serving (the default command; see serve --help)
   explain [--json]   print what would be applied in this container, run nothing
 
 exit codes (before the hand-off; afterwards the exit code is COMMAND's own):

@@ -166,8 +166,16 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m entrypoint.serving",
         description=(
-            "Serve a SavedModel over TF Serving's REST API, sized to the container's CPU "
-            "budget. Every option also reads the environment variable shown."
+            "Serve SavedModels over TF Serving's REST API, sized to the container's CPU "
+            "budget: the model MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's "
+            "model config file. New versions are loaded, warmed up and swapped in while "
+            "serving. Every option also reads the environment variable shown."
+        ),
+        epilog=(
+            "exit codes: 0 stopped by SIGTERM/SIGINT after draining; 1 a model had no "
+            "version within --wait-for-model, or its first load failed; 64 a bad option or "
+            "variable; 78 a model config file that cannot be served (file, line and field "
+            "on stderr)."
         ),
     )
     add = parser.add_argument
