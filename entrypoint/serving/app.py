@@ -184,8 +184,7 @@ class _Endpoints:
             elif route.kind == "metadata":
                 result = service.metadata(manager, route)
             else:
-                if route.kind == "predict":
-                    manager.check(route)  # unknown model or not loaded: no worker needed
+                manager.check(route)  # unknown model or not loaded: no worker needed
                 body = await read_body(request, config.max_body_bytes)
                 work = functools.partial(
                     service.predict,
