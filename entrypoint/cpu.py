@@ -74,22 +74,12 @@ import os
 import re
 from pathlib import Path
 
+from entrypoint.common import Rounding
 from entrypoint.frozen import frozen
 
-# Importing `typing` costs a few ms that nothing else before the hand-off
-# needs, so the Literals exist for type checkers only (mypy treats a
-# module-level TYPE_CHECKING like typing.TYPE_CHECKING); at run time Rounding
-# is plain `str` and ROUNDINGS lists its values. Same idiom as settings.py.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Literal, TypeAlias
-
-    Rounding: TypeAlias = Literal["floor", "ceil", "nearest"]
-else:
-    Rounding = str
-
-#: The accepted rounding modes, for validating the setting.
-ROUNDINGS: tuple[Rounding, ...] = ("floor", "ceil", "nearest")
+    from typing import Literal
 
 #: cgroup v2 ``cpu.max`` with a single field means this period (the kernel's
 #: default, and what Kubernetes sets).

@@ -32,6 +32,7 @@ from entrypoint import settings as s
 from entrypoint.cpu import CpuBudget, detect_cpu_budget
 from entrypoint.frozen import frozen
 from entrypoint.gpus import Gpu, GpuView, detect_gpus
+from entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan, encode_plan
 from entrypoint.problems import Notice, Problem
 from entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
 
@@ -42,14 +43,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from entrypoint.hook import HookPlan
-
 #: Variables other libraries read for their own thread pools; set to the
 #: intra-op count when the user has not set them.
 LIBRARY_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-#: Where the in-process hook finds the plan (compact JSON, see entrypoint.hook).
-PLAN_VARIABLE = "TF_ENTRYPOINT_PLAN"
 
 
 @frozen
@@ -248,8 +244,6 @@ def resolve(
 
 def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:
     """The environment the command runs with: `env` plus what the plan sets."""
-    from entrypoint.hook import encode_plan  # noqa: PLC0415 - only at hand-off
-
     child = dict(env)
     intra, inter = str(plan.intra_op.value), str(plan.inter_op.value)
     # TensorFlow's own variables size the pools natively; Rasa's names carry
@@ -267,13 +261,14 @@ def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def hook_plan(plan: Plan) -> HookPlan:
-    from entrypoint.hook import HookPlan  # noqa: PLC0415 - only at hand-off
-
+    """What crosses the exec (see entrypoint.handoff)."""
     return HookPlan(
         intra_op_threads=plan.intra_op.value,
         inter_op_threads=plan.inter_op.value,
         allow_growth=plan.allow_growth,
-        memory_limits_mb=tuple((cap.index, cap.memory_mb) for cap in plan.applied_caps),
+        memory_limits_mb=tuple(sorted((cap.index, cap.memory_mb) for cap in plan.applied_caps)),
+        cpus=plan.cpu.cpus,
+        cpu_source=plan.cpu.source,
     )
 
 
@@ -286,3 +281,21 @@ def hook_plan_from_environment(env: Mapping[str, str]) -> HookPlan | None:
     """
     plan = resolve(env)
     return hook_plan(plan) if plan.ok else None
+
+
+def planned_cpus(env: Mapping[str, str]) -> tuple[int, str]:
+    """(CPU budget, its source): from TF_ENTRYPOINT_PLAN, else computed (the budget only).
+
+    For the model server, which runs after the entrypoint and needs this one number.
+    """
+    raw = env.get(PLAN_VARIABLE)
+    handed = decode_plan(raw) if raw else None
+    if isinstance(handed, HookPlan) and handed.cpus is not None:
+        return handed.cpus, handed.cpu_source
+    conf = s.parse_settings(env).settings
+    cpu = detect_cpu_budget(
+        rounding=conf.cpu_rounding,
+        override=conf.cpus_override,
+        limit_millicores=conf.cpu_limit_millicores,
+    )
+    return cpu.cpus, cpu.source

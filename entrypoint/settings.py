@@ -42,24 +42,18 @@ Decisions where the spec was silent (a demanding user's view):
 
 from __future__ import annotations
 
+from entrypoint.common import ROUNDINGS, Rounding
 from entrypoint.frozen import frozen
 from entrypoint.problems import Notice, Problem
 
-# Importing `typing` costs a few ms and nothing else before the hand-off needs
-# it, so the Literal exists for type checkers only (mypy treats a module-level
-# TYPE_CHECKING like typing.TYPE_CHECKING); at run time Rounding is plain `str`
-# and ROUNDINGS lists its values.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Literal, TypeAlias, TypeVar
+    from typing import TypeAlias, TypeVar
 
-    Rounding: TypeAlias = Literal["floor", "ceil", "nearest"]
     #: Where the TF_GPU_MEMORY_ALLOC helpers put the reason of each Problem.
     _ProblemSink: TypeAlias = Callable[[str], None]
     _T = TypeVar("_T")
-else:
-    Rounding = str
 
 __all__ = [
     "ALLOW_GROWTH",
@@ -120,7 +114,6 @@ MAX_CPUS = 4096
 #: (likely the downward API without ``divisor: 1m``).
 _SUSPICIOUS_MILLICORES = 100
 
-ROUNDINGS: tuple[Rounding, ...] = ("floor", "ceil", "nearest")
 DEFAULT_ROUNDING: Rounding = "floor"
 
 INTRA_OP = "TF_INTRA_OP_PARALLELISM_THREADS"

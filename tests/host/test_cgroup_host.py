@@ -29,12 +29,11 @@ from typing import Any, Literal
 
 import pytest
 
+from entrypoint.common import ROUNDINGS, Rounding
 from entrypoint.cpu import (
-    ROUNDINGS,
     SOURCE_CGROUP_V1,
     SOURCE_CGROUP_V2,
     Mount,
-    Rounding,
     parse_mountinfo,
     round_cpus,
 )

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from entrypoint.common import ROUNDINGS, Rounding
 from entrypoint.cpu import (
-    ROUNDINGS,
     SOURCE_AFFINITY,
     SOURCE_CGROUP_V1,
     SOURCE_CGROUP_V2,
@@ -26,7 +26,6 @@ from entrypoint.cpu import (
     CgroupReading,
     CpuQuota,
     Mount,
-    Rounding,
     cgroup_subdirectory,
     choose_mount,
     cpu_budget,
