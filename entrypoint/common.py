@@ -54,15 +54,6 @@ def digits_value(text: str) -> int:
     return int(significant or "0")
 
 
-def integer(text: str) -> int | None:
-    """A plain decimal integer, optionally negative ('-1'); None for anything else."""
-    body = text[1:] if text.startswith("-") else text
-    if not is_digits(body):
-        return None
-    value = digits_value(body)
-    return -value if text.startswith("-") else value
-
-
 def show(text: str, limit: int = 0) -> str:
     """``text`` made safe to print inside a sentence (escaped), cut to ``limit`` if given."""
     try:

@@ -41,7 +41,7 @@ from entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
+    from os import PathLike
 
 #: Variables other libraries read for their own thread pools; set to the
 #: intra-op count when the user has not set them.
@@ -220,15 +220,12 @@ def make_plan(
 
 
 def resolve(
-    env: Mapping[str, str], *, root: Path | None = None, affinity_cpus: int | None = None
+    env: Mapping[str, str], *, root: str | PathLike[str] = "/", affinity_cpus: int | None = None
 ) -> Plan:
     """Read settings, the CPU budget and the visible GPUs; make the plan.
 
     `root` replaces "/" for every file read (tests use fake trees).
     """
-    from pathlib import Path  # noqa: PLC0415 - cpu and gpus import it anyway
-
-    root = Path("/") if root is None else root
     parsed = s.parse_settings(env)
     conf = parsed.settings
     cpu = detect_cpu_budget(

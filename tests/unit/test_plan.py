@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entrypoint import plan as p
-from entrypoint.cpu import CgroupReading, CpuBudget, CpuQuota
+from entrypoint.cgroups import CgroupReading, CpuQuota
+from entrypoint.cpu import CpuBudget
 from entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
 from entrypoint.gpus import Gpu, GpuView
 from entrypoint.handoff import PLAN_VARIABLE, decode_plan

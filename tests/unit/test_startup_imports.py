@@ -18,8 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: Never on the hand-off path: dataclasses imports inspect (and ast, dis,
 #: tokenize...) and execs every method; together with our classes that was most
-#: of the entrypoint's start-up (entrypoint/frozen.py replaces it).
-HEAVY = {"typing", "json", "dataclasses", "inspect", "tensorflow"}
+#: of the entrypoint's start-up (entrypoint/frozen.py replaces it). re and
+#: pathlib (json imports re) were most of what remained; see the README's
+#: "Start-up" for the measurements.
+HEAVY = {"typing", "json", "re", "pathlib", "dataclasses", "inspect", "tensorflow"}
 
 # module -> what importing it must not load
 CASES = {
@@ -27,8 +29,12 @@ CASES = {
     "entrypoint.problems": HEAVY,
     "entrypoint.settings": HEAVY | {"decimal", "fractions"},
     "entrypoint.tfconfig": HEAVY,  # json only once TF_CONFIG is set
+    "entrypoint.common": HEAVY,
+    "entrypoint.kernel": HEAVY,
+    "entrypoint.cgroups": HEAVY,
     "entrypoint.cpu": HEAVY,
     "entrypoint.gpus": HEAVY | {"pynvml"},
+    "entrypoint.handoff": HEAVY,
     "entrypoint.plan": HEAVY | {"entrypoint.hook"},
     # Loaded lazily, only when the command is tensorflow_model_server.
     "entrypoint.tfserving": HEAVY,
