@@ -15,7 +15,7 @@ from entrypoint.cpu import CpuBudget
 from entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
 from entrypoint.gpus import Gpu, GpuView
 from entrypoint.handoff import PLAN_VARIABLE, decode_plan
-from entrypoint.settings import DOCS, VARIABLES, parse_settings
+from entrypoint.settings import TABLE, VARIABLES, parse_settings
 
 QUOTA = CpuQuota(
     cpus=1.5,
@@ -185,6 +185,7 @@ def test_text_explains_sources_and_problems() -> None:
     assert "TF_FORCE_GPU_ALLOW_GROWTH='perhaps'" in text
     assert "CPU budget       1 (cgroup v1 quota)" in text
     assert "The command receives:" not in text
+    assert "Variables set:\n  TF_FORCE_GPU_ALLOW_GROWTH='perhaps'\n" in text
 
 
 def test_summary_line() -> None:
@@ -229,7 +230,7 @@ def test_any_environment_gives_a_plan_or_documented_errors(env: dict[str, str]) 
 
 @pytest.mark.parametrize("variable", VARIABLES)
 def test_every_variable_is_documented(variable: str) -> None:
-    assert variable in {doc.name for doc in DOCS}
+    assert variable in {doc.name for doc in TABLE}
 
 
 @given(
