@@ -24,7 +24,6 @@ TARGET = "tensorflow"
 #: The switch; its off values are also checked by the line in the .pth file.
 SWITCH = "TF_ENTRYPOINT_HOOK"
 OFF_VALUES = ("off", "false", "0", "no")
-ON_VALUES = ("", "on", "true", "1", "yes")
 #: The hook, imported when TensorFlow has been.
 HOOK_MODULE = "entrypoint.hook"
 _WHITESPACE = " \t\n\r\v\f"

@@ -1,29 +1,10 @@
-"""The plan: what TensorFlow (and its neighbours) get in this container.
+"""The plan: settings + CPU budget + visible GPUs -> what TensorFlow and its neighbours get.
 
-`make_plan` is pure: settings + CPU budget + visible GPUs in, a :class:`Plan`
-out, every value carrying where it came from. `resolve` is the edge that reads
-the real environment, /proc, /sys and NVML. `child_environment` turns a plan
-into the variables the command receives.
-
-Decisions (see the README for the evidence):
-
-* Threads: intra-op = inter-op = the CPU budget (TensorFlow's own rule, one
-  thread per CPU for each pool, applied to the container's real budget instead
-  of the host's CPU count). An explicit variable always wins; a value above
-  the budget is kept but warned about (expect CFS throttling).
-* Other libraries in the same process (OpenMP, OpenBLAS, MKL) are quota-blind
-  too: their thread variables get the intra-op count unless already set.
-* Memory growth: TensorFlow's default (map nearly all GPU memory at start) is
-  kept unless TF_FORCE_GPU_ALLOW_GROWTH is set; TensorFlow then receives
-  lowercase "true"/"false", the only spellings it accepts.
-* Growth together with a cap: TensorFlow's allocator reads
-  TF_FORCE_GPU_ALLOW_GROWTH for every GPU, capped ones included, so the
-  combination means "grow on demand, never beyond the cap". The in-process
-  hook never calls set_memory_growth on a capped GPU (TensorFlow would raise).
-* TF_GPU_MEMORY_ALLOC with no GPU visible: one warning, the command runs
-  (compose files often share one environment between CPU and GPU services).
-  With GPUs visible, an id that is not visible, or a cap above the GPU's
-  memory, is an error.
+:func:`make_plan` is pure, :func:`resolve` reads the machine, and
+:func:`child_environment` is what the command receives (TF_ENTRYPOINT_PLAN
+included, see :mod:`entrypoint.handoff`). The rules (threads = the budget, a
+count above it warned about, growth with caps, caps without GPUs) are the
+README's: "Environment variables" and "What is applied where".
 """
 
 from __future__ import annotations

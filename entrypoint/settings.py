@@ -128,18 +128,6 @@ class Settings:
     quiet: bool
 
 
-DEFAULT_SETTINGS = Settings(
-    intra_op=AUTOMATIC,
-    inter_op=AUTOMATIC,
-    allow_growth=None,
-    gpu_memory_alloc=(),
-    cpus_override=None,
-    cpu_rounding=DEFAULT_ROUNDING,
-    cpu_limit_millicores=None,
-    quiet=False,
-)
-
-
 @frozen
 class ParsedSettings:
     """Settings plus what is wrong with the environment they came from."""
@@ -530,12 +518,6 @@ TABLE: tuple[Variable, ...] = (
 
 #: The variables parse_settings reads, in table order.
 VARIABLES: tuple[str, ...] = tuple(v.name for v in TABLE if v.parse is not None)
-
-
-def markdown_row(variable: Variable) -> str:
-    """The variable's row in the README's table."""
-    cells = (f"`{variable.name}`", variable.accepted, variable.default, variable.doc)
-    return "| " + " | ".join(cells) + " |"
 
 
 def plain(text: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
-from entrypoint.settings import TABLE, Variable, markdown_row
+from entrypoint.settings import TABLE, Variable
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -19,6 +19,12 @@ def test_every_variable_has_a_row(doc: Variable) -> None:
     rows = [line for line in README.splitlines() if line.startswith(f"| `{name}` |")]
     assert len(rows) == 1, f"{name} needs exactly one row in the README's variable table"
     assert f"| {doc.default} |" in rows[0]
+
+
+def markdown_row(variable: Variable) -> str:
+    """The variable's row in the README's table."""
+    cells = (f"`{variable.name}`", variable.accepted, variable.default, variable.doc)
+    return "| " + " | ".join(cells) + " |"
 
 
 def test_the_variable_table_is_the_codes_table() -> None:

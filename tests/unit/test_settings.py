@@ -19,7 +19,6 @@ from entrypoint.settings import (
     CPU_LIMIT_MILLICORES,
     CPU_ROUNDING,
     CPUS,
-    DEFAULT_SETTINGS,
     EXPECTED_THREADS,
     GPU_MEMORY_ALLOC,
     INTER_OP,
@@ -55,6 +54,19 @@ def only(parsed: ParsedSettings) -> Problem:
     """The single Problem of ``parsed``."""
     assert len(parsed.problems) == 1, parsed.problems
     return parsed.problems[0]
+
+
+#: What an empty environment gives (the table's fallbacks).
+DEFAULT_SETTINGS = Settings(
+    intra_op=AUTOMATIC,
+    inter_op=AUTOMATIC,
+    allow_growth=None,
+    gpu_memory_alloc=(),
+    cpus_override=None,
+    cpu_rounding="floor",
+    cpu_limit_millicores=None,
+    quiet=False,
+)
 
 
 def thread_setting(parsed: ParsedSettings, field: str) -> ThreadSetting:
