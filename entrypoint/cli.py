@@ -1,15 +1,7 @@
-"""The `tf-entrypoint` command: resolve what to run, then hand off to it.
+"""The `tf-entrypoint` command: parse the command line, plan, report, exec.
 
-    tf-entrypoint [--] CMD [ARGS...]   run CMD (replacing this process)
-    tf-entrypoint                      run the default command
-    tf-entrypoint -x [ARGS...]         run the default command with -x ARGS...
-    tf-entrypoint serve [OPTIONS]      plan, then run the model server (the default)
-    tf-entrypoint explain [--json]     show the plan, run nothing
-    tf-entrypoint --help | --version
-
-Everything here is stdlib-only and imports little: it runs before every
-command in the image. Our own messages go to stderr; stdout belongs to the
-command.
+Our messages go to stderr; stdout belongs to the command. README: "The
+command line".
 """
 
 from __future__ import annotations
@@ -19,10 +11,12 @@ import sys
 
 from entrypoint import __version__
 from entrypoint.common import say
+from entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
 from entrypoint.frozen import frozen
 from entrypoint.plan import Plan, child_environment, resolve
 from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from entrypoint.settings import TABLE, plain
+from entrypoint.tfserving import gpu_memory_fraction, is_model_server, serving_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: collections.abc costs start-up time
@@ -150,8 +144,6 @@ def run_subcommand(name: str, args: tuple[str, ...]) -> int:
 
 def explain(*, as_json: bool, env: dict[str, str]) -> int:
     """Print the plan on stdout; exit EXIT_CONFIG when it has problems."""
-    from entrypoint.explain import render_json, render_text  # noqa: PLC0415
-
     plan = resolve(env)
     sys.stdout.write(render_json(plan, env) if as_json else render_text(plan, env))
     return 0 if plan.ok else EXIT_CONFIG
@@ -186,8 +178,6 @@ def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -
     for note in serving_notes:
         say(f"warning: {note}")
     if not plan.quiet:
-        from entrypoint.explain import no_gpu_line, summary_line  # noqa: PLC0415
-
         no_gpu = no_gpu_line(plan, env)
         if no_gpu:
             say(no_gpu)
@@ -197,10 +187,8 @@ def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -
 
 def serving_command(argv: tuple[str, ...], plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """argv plus TF Serving's flags when argv runs tensorflow_model_server; and notes."""
-    if not argv or os.path.basename(argv[0]) != "tensorflow_model_server":
+    if not is_model_server(argv):
         return argv, ()
-    from entrypoint.tfserving import gpu_memory_fraction, serving_argv  # noqa: PLC0415
-
     fraction = gpu_memory_fraction(
         {cap.index: cap.memory_mb for cap in plan.applied_caps},
         {gpu.index: gpu.memory_mb for gpu in plan.gpus.gpus},

@@ -94,7 +94,6 @@ def parse_cuda_visible_devices(raw: str | None) -> CudaVisibleDevices:
 
 def _parse_id_list(raw: str, prefix: str) -> CudaVisibleDevices:
     entries: list[DeviceEntry] = []
-    notes: list[str] = []
     for elem in raw.split(","):
         if elem in entries:
             return CudaVisibleDevices(raw=raw, entries=(), duplicate_entry=elem)
@@ -104,15 +103,9 @@ def _parse_id_list(raw: str, prefix: str) -> CudaVisibleDevices:
                 why = "has spaces around it, which CUDA does not strip from ids"
             elif not elem:
                 why = "is empty"
-            return CudaVisibleDevices(
-                raw=raw,
-                entries=tuple(entries),
-                invalid_entry=elem,
-                invalid_why=why,
-                notes=tuple(notes),
-            )
+            return CudaVisibleDevices(raw, tuple(entries), invalid_entry=elem, invalid_why=why)
         entries.append(elem)
-    return CudaVisibleDevices(raw=raw, entries=tuple(entries), notes=tuple(notes))
+    return CudaVisibleDevices(raw=raw, entries=tuple(entries))
 
 
 def _parse_ordinals(raw: str) -> CudaVisibleDevices:
@@ -132,13 +125,7 @@ def _parse_ordinals(raw: str) -> CudaVisibleDevices:
                 why = "is an id, but ids must come first (CUDA reads the list as ordinals)"
             else:
                 why = "is not a number"
-            return CudaVisibleDevices(
-                raw=raw,
-                entries=tuple(entries),
-                invalid_entry=elem,
-                invalid_why=why,
-                notes=tuple(notes),
-            )
+            return CudaVisibleDevices(raw, tuple(entries), elem, why, notes=tuple(notes))
         if text != str(value):
             notes.append(
                 f"CUDA_VISIBLE_DEVICES entry '{show(elem, _SHOWN)}' is read as {value} "
