@@ -12,7 +12,11 @@ from entrypoint.kernel import (
     why,
 )
 
-VERSION = 1
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+VERSION: Literal[1, 2] = 1
 QUOTA_FILE = "cpu.cfs_quota_us"
 PERIOD_FILE = "cpu.cfs_period_us"
 

@@ -13,7 +13,11 @@ from entrypoint.kernel import (
     why,
 )
 
-VERSION = 2
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+VERSION: Literal[1, 2] = 2
 QUOTA_FILE = "cpu.max"
 #: ``cpu.max`` with a single field means this period (the kernel's default).
 DEFAULT_PERIOD_US = 100_000

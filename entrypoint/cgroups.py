@@ -16,8 +16,17 @@ from entrypoint.kernel import fields, read_proc_file, records, unescape, why
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from os import PathLike
-    from types import ModuleType
-    from typing import Literal
+    from typing import Literal, Protocol
+
+    from entrypoint.kernel import LevelValue
+
+    class Version(Protocol):
+        """What cgroup_v1 and cgroup_v2 each provide."""
+
+        VERSION: Literal[1, 2]
+
+        def read_level(self, directory: str) -> tuple[LevelValue | None, str, str]: ...
+
 
 #: Mount points are preferred below this directory when a hierarchy is
 #: mounted more than once.
@@ -204,9 +213,9 @@ def _join(root: str, parts: tuple[str, ...]) -> str:
     return "/".join((root.rstrip("/"), *parts))
 
 
-def _walk(root: str, version: ModuleType, mount: Mount, cgroup_path: str | None) -> CgroupReading:
+def _walk(root: str, version: Version, mount: Mount, cgroup_path: str | None) -> CgroupReading:
     """Read the quota at every level from the process's cgroup to the mount."""
-    number: Literal[1, 2] = version.VERSION
+    number = version.VERSION
     notes: list[str] = []
     mp_parts = _components(mount.mount_point)
     if cgroup_path is None:

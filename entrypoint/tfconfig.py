@@ -1,20 +1,10 @@
-"""TF_CONFIG: the cluster and task of a multi-worker TensorFlow run, checked.
+"""TF_CONFIG checked before the command starts, as TensorFlow will read it; never changed.
 
-Kubeflow's TFJob, Vertex AI, SageMaker and hand-written compose files set
-``TF_CONFIG`` to JSON such as::
-
-    {"cluster": {"worker": ["w0:2222", "w1:2222"]}, "task": {"type": "worker", "index": 0}}
-
-TensorFlow reads it only when a strategy is created (``MultiWorkerMirroredStrategy``
-via ``TFConfigClusterResolver``), often minutes into a job, and reports mistakes
-as a bare ``JSONDecodeError``, a ``ValueError`` from deep inside the strategy,
-or a worker that silently trains alone. :func:`check_tf_config` finds them
-before the command starts, every one at once, with the same rules as the other
-variables (see :mod:`entrypoint.problems`). The value itself is never changed:
-the command receives TF_CONFIG exactly as it was given.
-
-Pure and stdlib-only; ``json`` is imported only when TF_CONFIG is set. Never
-raises, whatever the string.
+TensorFlow reads it only when a strategy is created, often minutes into a
+job, and reports mistakes as a bare ``JSONDecodeError`` or a worker that
+silently trains alone. :func:`check_tf_config` reports every mistake at once
+and never raises; ``json`` is imported only when TF_CONFIG is set. README:
+"Environment variables" (TF_CONFIG) and "Kubernetes" (multi-worker training).
 
 What is checked, and TensorFlow's source for each rule (TF 2.21,
 ``tensorflow/python/distribute``):
