@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from entrypoint.kernel import (
-    LevelValue,
-    Missing,
-    integer,
-    read_control_file,
-    show_content,
-    value,
-    why,
-)
+from entrypoint.kernel import LevelValue, integer, read_level_file, show_content, value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,21 +34,15 @@ def parse_cfs(quota_text: str, period_text: str | None) -> LevelValue:
 
 def read_level(directory: str) -> tuple[LevelValue | None, str, str]:
     """(value, why it could not be read, the file that failed); value None: missing."""
-    try:
-        quota_text = read_control_file(f"{directory}/{QUOTA_FILE}")
-    except Missing:
-        return None, "", QUOTA_FILE
-    except (OSError, ValueError) as error:  # UnicodeDecodeError is a ValueError
-        return None, why(error), QUOTA_FILE
+    quota_text, failure = read_level_file(directory, QUOTA_FILE)
+    if quota_text is None:
+        return None, failure, QUOTA_FILE
     quota = integer(value(quota_text))
     if quota is None or quota <= 0:  # no limit or garbage: the period does not matter
         return parse_cfs(quota_text, None), "", QUOTA_FILE
-    try:
-        period_text: str | None = read_control_file(f"{directory}/{PERIOD_FILE}")
-    except Missing:
-        period_text = None
-    except (OSError, ValueError) as error:
-        return None, why(error), PERIOD_FILE
+    period_text, failure = read_level_file(directory, PERIOD_FILE)
+    if failure:
+        return None, failure, PERIOD_FILE
     return parse_cfs(quota_text, period_text), "", QUOTA_FILE
 
 

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-from entrypoint.kernel import (
-    LevelValue,
-    Missing,
-    fields,
-    integer,
-    read_control_file,
-    show_content,
-    value,
-    why,
-)
+from entrypoint.kernel import LevelValue, fields, integer, read_level_file, show_content, value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,13 +40,8 @@ def parse_cpu_max(text: str) -> LevelValue:
 
 def read_level(directory: str) -> tuple[LevelValue | None, str, str]:
     """(value, why it could not be read, the file that failed); value None: missing."""
-    try:
-        text = read_control_file(f"{directory}/{QUOTA_FILE}")
-    except Missing:
-        return None, "", QUOTA_FILE
-    except (OSError, ValueError) as error:
-        return None, why(error), QUOTA_FILE
-    return parse_cpu_max(text), "", QUOTA_FILE
+    text, failure = read_level_file(directory, QUOTA_FILE)
+    return (None if text is None else parse_cpu_max(text)), failure, QUOTA_FILE
 
 
 def parse_controllers(text: str) -> tuple[str, ...]:
@@ -65,11 +51,8 @@ def parse_controllers(text: str) -> tuple[str, ...]:
 
 def has_cpu_controller(directory: str) -> bool | None:
     """Whether ``cgroup.controllers`` lists cpu; None when it cannot be read."""
-    try:
-        text = read_control_file(f"{directory}/cgroup.controllers")
-    except (Missing, OSError, ValueError):
-        return None
-    return "cpu" in parse_controllers(text)
+    text, _ = read_level_file(directory, "cgroup.controllers")
+    return None if text is None else "cpu" in parse_controllers(text)
 
 
 def describe(quota_us: int, period_us: int) -> str:

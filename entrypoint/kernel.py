@@ -22,7 +22,7 @@ _MAX_PROC_FILE = 4 * 1024 * 1024
 _OCTAL = frozenset("01234567")
 
 
-class Missing(Exception):
+class _Missing(Exception):
     """The file does not exist."""
 
 
@@ -81,12 +81,22 @@ def _read(path: str, limit: int) -> bytes:
     return data
 
 
-def read_control_file(path: str) -> str:
-    """A small ASCII control file. Raises Missing, or OSError/ValueError."""
+def _read_control_file(path: str) -> str:
+    """A small ASCII control file. Raises _Missing, or OSError/ValueError."""
     try:
         return _read(path, _MAX_CONTROL_FILE).decode("ascii")
     except FileNotFoundError as error:
-        raise Missing from error
+        raise _Missing from error
+
+
+def read_level_file(directory: str, name: str) -> tuple[str | None, str]:
+    """(content, why it could not be read) of one cgroup control file; (None, "") if missing."""
+    try:
+        return _read_control_file(f"{directory}/{name}"), ""
+    except _Missing:
+        return None, ""
+    except (OSError, ValueError) as error:  # UnicodeDecodeError is a ValueError
+        return None, why(error)
 
 
 def read_proc_file(path: str) -> str:

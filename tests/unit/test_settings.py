@@ -56,17 +56,8 @@ def only(parsed: ParsedSettings) -> Problem:
     return parsed.problems[0]
 
 
-#: What an empty environment gives (the table's fallbacks).
-DEFAULT_SETTINGS = Settings(
-    intra_op=AUTOMATIC,
-    inter_op=AUTOMATIC,
-    allow_growth=None,
-    gpu_memory_alloc=(),
-    cpus_override=None,
-    cpu_rounding="floor",
-    cpu_limit_millicores=None,
-    quiet=False,
-)
+#: What an empty environment gives (the table's fallbacks; spelled out below).
+DEFAULT_SETTINGS = parse_settings({}).settings
 
 
 def thread_setting(parsed: ParsedSettings, field: str) -> ThreadSetting:
