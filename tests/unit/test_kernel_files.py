@@ -15,25 +15,35 @@ from entrypoint.nvidia import parse_information
 ODD = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u00a0", "\u2028"]
 
 
+#: Arbitrary bytes, and text made of separators, odd characters and field material.
+BYTES = st.one_of(
+    st.binary(max_size=400),
+    st.text(
+        alphabet=st.sampled_from([*ODD, " ", "\n", "\t", ":", ",", "-", "0", "5", "a", "/", "\\"]),
+        max_size=200,
+    ).map(lambda t: t.encode("utf-8")),
+)
+
+
 def text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")  # how /proc files are read
 
 
-@given(st.binary(max_size=400))
+@given(BYTES)
 def test_mountinfo_any_bytes(data: bytes) -> None:
     mounts, notes = parse_mountinfo(text(data))
     assert all(m.fstype in ("cgroup", "cgroup2") for m in mounts)
     assert len(notes) <= 1
 
 
-@given(st.binary(max_size=400))
+@given(BYTES)
 def test_proc_cgroup_any_bytes(data: bytes) -> None:
     memberships, notes = parse_proc_cgroup(text(data))
     assert all(m.path.startswith("/") for m in memberships)
     assert len(notes) <= 1
 
 
-@given(st.binary(max_size=64))
+@given(BYTES)
 def test_cpu_max_any_bytes(data: bytes) -> None:
     value = parse_cpu_max(text(data))
     assert value.kind in ("quota", "unlimited", "invalid")
@@ -42,7 +52,7 @@ def test_cpu_max_any_bytes(data: bytes) -> None:
         assert value.period_us > 0
 
 
-@given(st.binary(max_size=64), st.none() | st.binary(max_size=64))
+@given(BYTES, st.none() | BYTES)
 def test_cfs_any_bytes(quota: bytes, period: bytes | None) -> None:
     value = parse_cfs(text(quota), None if period is None else text(period))
     if value.kind == "quota":
@@ -50,12 +60,12 @@ def test_cfs_any_bytes(quota: bytes, period: bytes | None) -> None:
         assert value.period_us > 0
 
 
-@given(st.binary(max_size=200))
+@given(BYTES)
 def test_controllers_any_bytes(data: bytes) -> None:
     assert all(name and " " not in name for name in parse_controllers(text(data)))
 
 
-@given(st.binary(max_size=400))
+@given(BYTES)
 def test_nvidia_information_any_bytes(data: bytes) -> None:
     fields = parse_information(text(data))
     assert all("\n" not in key + value for key, value in fields.items())
@@ -92,3 +102,35 @@ def test_octal_escapes_and_short_records() -> None:
     mounts, notes = parse_mountinfo(mountinfo)
     assert mounts == (Mount("/r oot", "/sys/fs/cgroup/a\tb", "cgroup", ("rw", "cpu")),)
     assert notes == ("ignored 2 malformed line(s) in /proc/self/mountinfo",)
+
+
+#: Path characters: letters, the odd separators, and what the kernel escapes in mountinfo.
+PATH_TEXT = st.text(
+    alphabet=st.sampled_from(["a", "b", "-", "/", " ", "\t", "\\", *ODD]), max_size=20
+)
+
+
+def mountinfo_escape(path: str) -> str:
+    """What the kernel writes for a path in mountinfo (show_mountinfo: mangle ' \\t\\n\\\\')."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in path)
+
+
+@given(point=PATH_TEXT, root=PATH_TEXT)
+def test_any_mount_path_comes_back_as_written(point: str, root: str) -> None:
+    point, root = "/" + point, "/" + root
+    line = f"30 25 0:26 {mountinfo_escape(root)} {mountinfo_escape(point)} rw - cgroup2 none rw\n"
+    data = (line + "garbage\n").encode("utf-8")
+    mounts, notes = parse_mountinfo(text(data))
+    assert mounts == (Mount(root, point, "cgroup2", ("rw",)),)
+    assert notes == ("ignored 1 malformed line(s) in /proc/self/mountinfo",)
+
+
+@given(path=PATH_TEXT)
+def test_any_cgroup_path_comes_back_as_written(path: str) -> None:
+    data = f"0::/{path}\n1:cpu,cpuacct:/x\n".encode()
+    memberships, notes = parse_proc_cgroup(text(data))
+    assert [(m.hierarchy_id, m.controllers, m.path) for m in memberships] == [
+        ("0", (), f"/{path}"),
+        ("1", ("cpu", "cpuacct"), "/x"),
+    ]
+    assert notes == ()
