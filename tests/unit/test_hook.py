@@ -1118,6 +1118,20 @@ def test_docker_exec_path_computes_the_plan(venv: Venv) -> None:
     assert done.stderr == ""
 
 
+@pytest.mark.parametrize("exported", [True, False])
+def test_the_hook_module_is_loaded_once_per_process(venv: Venv, exported: bool) -> None:
+    plan = plan_json(1, 1)
+    env = {"TF_ENTRYPOINT_PLAN": plan} if exported else {"FAKE_HOOK_PLAN": plan}
+    code = (
+        "import sys, tensorflow\n"
+        "print(sorted(n for n, m in list(sys.modules.items())\n"
+        "             if (getattr(m, '__file__', None) or '').endswith('hook.py')))\n"
+    )
+    done = run(venv, "-c", code, env=env)
+    assert done.stdout == f"['{IMPORT_NAME}.hook']\n", done.stderr
+    assert done.stderr == ""
+
+
 def test_docker_exec_path_failure_is_one_line(venv: Venv) -> None:
     done = run(venv, "-c", "import tensorflow" + PROBE, env={"FAKE_HOOK_PLAN": "raise"})
     assert state_of(done)["calls"] == []
