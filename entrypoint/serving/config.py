@@ -91,10 +91,9 @@ class ServeConfig:
 def cpu_budget(env: Mapping[str, str]) -> CpuBudget:
     """The container's CPU budget as the entrypoint computes it (quota, cpuset, override)."""
     try:
-        from entrypoint.plan import resolve  # noqa: PLC0415 - stdlib-only, cheap
+        from entrypoint.plan import planned_cpus  # noqa: PLC0415 - stdlib-only, cheap
 
-        cpu = resolve(env).cpu
-        return CpuBudget(max(1, cpu.cpus), cpu.source)
+        return CpuBudget(*planned_cpus(env))
     except Exception:  # noqa: BLE001 - never refuse to serve over the sizing
         return CpuBudget(max(1, len(os.sched_getaffinity(0))), "affinity (planning failed)")
 

@@ -29,15 +29,9 @@ from typing import Any, Literal
 
 import pytest
 
-from entrypoint.cpu import (
-    ROUNDINGS,
-    SOURCE_CGROUP_V1,
-    SOURCE_CGROUP_V2,
-    Mount,
-    Rounding,
-    parse_mountinfo,
-    round_cpus,
-)
+from entrypoint.cgroups import Mount, parse_mountinfo
+from entrypoint.common import ROUNDINGS, Rounding
+from entrypoint.cpu import SOURCE_CGROUP_V1, SOURCE_CGROUP_V2, round_cpus
 
 pytestmark = pytest.mark.host_cgroup
 

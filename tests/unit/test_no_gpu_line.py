@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.explain import asks_for_cuda, no_gpu_line
-from entrypoint.gpus import NO_DRIVER_REASON
+from entrypoint.nvidia import NO_DRIVER_REASON
 from tests.unit.test_plan import NO_GPU, TWO_GPUS, plan_for
 
 REPO = Path(__file__).resolve().parents[2]

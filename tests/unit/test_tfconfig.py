@@ -1,4 +1,4 @@
-"""Tests for entrypoint.tfconfig: what TensorFlow and Kubeflow write passes, mistakes are named."""
+"""entrypoint.tfconfig: what TensorFlow and Kubeflow write passes, mistakes are named."""
 
 from __future__ import annotations
 
