@@ -2,7 +2,7 @@
 
     python -m bench.handoff_startup [TREE ...]   # each TREE holds an entrypoint/ folder
 
-`tf-entrypoint true` runs as its console script does (import entrypoint.cli,
+`tf-entrypoint true` runs as its console script does (import tf_entrypoint.cli,
 call main). The commands run interleaved (so all see the same machine),
 ROUNDS times each, with a clean environment and TF_ENTRYPOINT_QUIET=1; it
 prints each median and the entrypoint's work before the exec (its median
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROUNDS = 60
 #: What pip's console-script wrapper for `tf-entrypoint true` runs.
-_CONSOLE_SCRIPT = "import sys; from entrypoint.cli import main; sys.exit(main(['true']))"
+_CONSOLE_SCRIPT = "import sys; from tf_entrypoint.cli import main; sys.exit(main(['true']))"
 
 
 def _once(argv: list[str], cwd: Path) -> float:

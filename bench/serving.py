@@ -6,7 +6,7 @@ limit, both with the same number of inference workers:
 * auto: the image's default command (`tf-entrypoint serve`): the entrypoint
   plans, and the server sizes its workers to the CPU budget;
 * defaults: the entrypoint and the import hook bypassed (`--entrypoint python
-  -m entrypoint.serving`, TF_ENTRYPOINT_HOOK=off) with SERVE_WORKERS set to
+  -m tf_entrypoint.serving`, TF_ENTRYPOINT_HOOK=off) with SERVE_WORKERS set to
   the auto server's worker count, so only TensorFlow's pools (and the
   OpenMP/BLAS variables) differ.
 
@@ -138,7 +138,7 @@ def start_server(
             "TF_ENTRYPOINT_HOOK=off",
             image,
             "-m",
-            "entrypoint.serving",
+            "tf_entrypoint.serving",
         ]
     else:
         args += [image, "serve"]

@@ -25,7 +25,7 @@ TARGET = "tensorflow"
 SWITCH = "TF_ENTRYPOINT_HOOK"
 OFF_VALUES = ("off", "false", "0", "no")
 #: The hook, imported when TensorFlow has been.
-HOOK_MODULE = "entrypoint.hook"
+HOOK_MODULE = "tf_entrypoint.hook"
 _WHITESPACE = " \t\n\r\v\f"
 _PREFIX = "tf-entrypoint:"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from entrypoint.kernel import LevelValue, fields, integer, read_level_file, show_content, value
+from tf_entrypoint.kernel import LevelValue, fields, integer, read_level_file, show_content, value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -2,23 +2,23 @@
 
 Finds the cpu controller through ``/proc/self/mountinfo`` and
 ``/proc/self/cgroup`` and walks up the levels, reading each with the version's
-module (:mod:`entrypoint.cgroup_v1` or :mod:`entrypoint.cgroup_v2`). Never
+module (:mod:`tf_entrypoint.cgroup_v1` or :mod:`tf_entrypoint.cgroup_v2`). Never
 raises: every oddity becomes a note. README: "How the CPU budget is detected".
 """
 
 from __future__ import annotations
 
-from entrypoint import cgroup_v1, cgroup_v2
-from entrypoint.common import show
-from entrypoint.frozen import frozen
-from entrypoint.kernel import fields, read_proc_file, records, unescape, why
+from tf_entrypoint import cgroup_v1, cgroup_v2
+from tf_entrypoint.common import show
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.kernel import fields, read_proc_file, records, unescape, why
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from os import PathLike
     from typing import Literal, Protocol
 
-    from entrypoint.kernel import LevelValue
+    from tf_entrypoint.kernel import LevelValue
 
     class Version(Protocol):
         """What cgroup_v1 and cgroup_v2 each provide."""

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import sys
 
-from entrypoint import __version__
-from entrypoint.common import say
-from entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
-from entrypoint.frozen import frozen
-from entrypoint.plan import Plan, child_environment, resolve
-from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
-from entrypoint.settings import TABLE, plain
-from entrypoint.tfserving import gpu_memory_fraction, is_model_server, serving_argv
+from tf_entrypoint import __version__
+from tf_entrypoint.common import say
+from tf_entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.plan import Plan, child_environment, resolve
+from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint.settings import TABLE, plain
+from tf_entrypoint.tfserving import gpu_memory_fraction, is_model_server, serving_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: collections.abc costs start-up time
@@ -93,7 +93,7 @@ def _command(argv: tuple[str, ...]) -> Invocation:
 
 
 def help_text() -> str:
-    """--help: the usage, then every variable of the table (entrypoint.settings.TABLE)."""
+    """--help: the usage, then every variable of the table (tf_entrypoint.settings.TABLE)."""
     variables = "".join(
         f"  {v.name}\n      {plain(v.accepted)} [default: {plain(v.default)}]\n" for v in TABLE
     )
@@ -133,7 +133,7 @@ def run_subcommand(name: str, args: tuple[str, ...]) -> int:
     if name == "serve":
         # Planned like any command, then handed off to the model server, which
         # imports TensorFlow and Starlette (the entrypoint itself never does).
-        argv = (sys.executable, "-m", "entrypoint.serving", *args)
+        argv = (sys.executable, "-m", "tf_entrypoint.serving", *args)
         return start(argv, dict(os.environ), name="serve")
     if name == "explain":
         if args not in ((), ("--json",)):

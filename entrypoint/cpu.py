@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 import os
 
-from entrypoint import cgroup_v1, cgroup_v2
-from entrypoint.cgroups import CgroupReading, CpuQuota, read_cgroup_quota
-from entrypoint.common import Rounding, plural
-from entrypoint.frozen import frozen
+from tf_entrypoint import cgroup_v1, cgroup_v2
+from tf_entrypoint.cgroups import CgroupReading, CpuQuota, read_cgroup_quota
+from tf_entrypoint.common import Rounding, plural
+from tf_entrypoint.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ visible GPUs are detected".
 
 from __future__ import annotations
 
-from entrypoint.common import plural, show
-from entrypoint.frozen import frozen
-from entrypoint.nvidia import PhysicalGpu
+from tf_entrypoint.common import plural, show
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.nvidia import PhysicalGpu
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -6,10 +6,10 @@ fields are only ever added within v1, never renamed or removed.
 
 from __future__ import annotations
 
-from entrypoint import __version__
-from entrypoint.gpus import Gpu
-from entrypoint.plan import Plan, child_environment
-from entrypoint.settings import TABLE
+from tf_entrypoint import __version__
+from tf_entrypoint.gpus import Gpu
+from tf_entrypoint.plan import Plan, child_environment
+from tf_entrypoint.settings import TABLE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,15 +1,15 @@
 """Which GPUs TensorFlow will see, and why, without importing TensorFlow.
 
-The driver's list (:mod:`entrypoint.nvidia`) seen through the visibility
-variables (:mod:`entrypoint.cuda_visible`), numbered as TensorFlow numbers it,
+The driver's list (:mod:`tf_entrypoint.nvidia`) seen through the visibility
+variables (:mod:`tf_entrypoint.cuda_visible`), numbered as TensorFlow numbers it,
 with one sentence saying why these GPUs or why none, and notes. Never raises.
 README: "How visible GPUs are detected".
 """
 
 from __future__ import annotations
 
-from entrypoint.common import plural, show
-from entrypoint.cuda_visible import (
+from tf_entrypoint.common import plural, show
+from tf_entrypoint.cuda_visible import (
     Candidate,
     CudaVisibleDevices,
     RuntimeRequest,
@@ -19,8 +19,8 @@ from entrypoint.cuda_visible import (
     parse_nvidia_visible_devices,
     select,
 )
-from entrypoint.frozen import frozen, replace
-from entrypoint.nvidia import (
+from tf_entrypoint.frozen import frozen, replace
+from tf_entrypoint.nvidia import (
     NO_DRIVER_REASON,
     SOURCE_NONE,
     SOURCE_NVML,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from os import PathLike
 
-    from entrypoint.nvidia import NvmlApi
+    from tf_entrypoint.nvidia import NvmlApi
 
 _SHOWN = 60  # characters of a user value quoted in a message
 

@@ -7,7 +7,7 @@ everything: the variable may come from anywhere). README: "What is applied where
 
 from __future__ import annotations
 
-from entrypoint.frozen import frozen
+from tf_entrypoint.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time

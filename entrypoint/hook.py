@@ -1,7 +1,7 @@
 """The hook: apply the plan inside the process that imports TensorFlow.
 
 Called by ``_pth`` right after ``tensorflow/__init__.py`` has run; applies
-what :mod:`entrypoint.handoff` carries (or, under ``docker exec``, the plan
+what :mod:`tf_entrypoint.handoff` carries (or, under ``docker exec``, the plan
 computed from the same variables). Never raises into the user's import.
 README: "What is applied where".
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from entrypoint.common import FALSE_WORDS, TRUE_WORDS, WHITESPACE, say
-from entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan
+from tf_entrypoint.common import FALSE_WORDS, TRUE_WORDS, WHITESPACE, say
+from tf_entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time
@@ -241,7 +241,7 @@ def plan_for_process(env: Mapping[str, str]) -> tuple[str, HookPlan | str | None
             return PLAN_VARIABLE, f"{PLAN_VARIABLE} is malformed ({plan}); nothing applied"
         return PLAN_VARIABLE, plan
     try:
-        from entrypoint.plan import hook_plan_from_environment  # noqa: PLC0415 - docker exec
+        from tf_entrypoint.plan import hook_plan_from_environment  # noqa: PLC0415 - docker exec
 
         return "the environment", hook_plan_from_environment(env)
     except Exception as err:  # noqa: BLE001 - never break the user's import

@@ -8,8 +8,8 @@ path. Reading never raises past the callers' ``(OSError, ValueError)``.
 
 from __future__ import annotations
 
-from entrypoint.common import show
-from entrypoint.frozen import frozen
+from tf_entrypoint.common import show
+from tf_entrypoint.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from entrypoint.common import show
-from entrypoint.frozen import frozen
-from entrypoint.kernel import records
+from tf_entrypoint.common import show
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.kernel import records
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

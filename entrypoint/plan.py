@@ -2,20 +2,20 @@
 
 :func:`make_plan` is pure, :func:`resolve` reads the machine, and
 :func:`child_environment` is what the command receives (TF_ENTRYPOINT_PLAN
-included, see :mod:`entrypoint.handoff`). The rules (threads = the budget, a
+included, see :mod:`tf_entrypoint.handoff`). The rules (threads = the budget, a
 count above it warned about, growth with caps, caps without GPUs) are the
 README's: "Environment variables" and "What is applied where".
 """
 
 from __future__ import annotations
 
-from entrypoint import settings as s
-from entrypoint.cpu import CpuBudget, detect_cpu_budget
-from entrypoint.frozen import frozen
-from entrypoint.gpus import Gpu, GpuView, detect_gpus
-from entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan, encode_plan
-from entrypoint.problems import Notice, Problem
-from entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
+from tf_entrypoint import settings as s
+from tf_entrypoint.cpu import CpuBudget, detect_cpu_budget
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.gpus import Gpu, GpuView, detect_gpus
+from tf_entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan, encode_plan
+from tf_entrypoint.problems import Notice, Problem
+from tf_entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
 
 # Annotations only: `typing`, `collections.abc` and `pathlib` cost start-up
 # time that the hand-off does not need (mypy reads this like typing's).
@@ -239,7 +239,7 @@ def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def hook_plan(plan: Plan) -> HookPlan:
-    """What crosses the exec (see entrypoint.handoff)."""
+    """What crosses the exec (see tf_entrypoint.handoff)."""
     return HookPlan(
         intra_op_threads=plan.intra_op.value,
         inter_op_threads=plan.inter_op.value,

@@ -17,7 +17,7 @@ gives its default). README: "Environment variables". Beyond its rules:
 
 from __future__ import annotations
 
-from entrypoint.common import (
+from tf_entrypoint.common import (
     FALSE_WORDS,
     ROUNDINGS,
     TRUE_WORDS,
@@ -29,8 +29,8 @@ from entrypoint.common import (
     strip,
     word,
 )
-from entrypoint.frozen import frozen
-from entrypoint.problems import Notice, Problem
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.problems import Notice, Problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -51,9 +51,9 @@ command, which may not be TensorFlow at all.
 
 from __future__ import annotations
 
-from entrypoint.common import digits_value, is_blank, is_digits
-from entrypoint.frozen import frozen
-from entrypoint.problems import Notice, Problem
+from tf_entrypoint.common import digits_value, is_blank, is_digits
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.problems import Notice, Problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time

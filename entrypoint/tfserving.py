@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from entrypoint.frozen import frozen
+from tf_entrypoint.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

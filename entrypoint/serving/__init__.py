@@ -1,6 +1,6 @@
 """A TensorFlow Serving-compatible REST server for SavedModels.
 
-    python -m entrypoint.serving [--port N] [--host H] [--model-name NAME]
+    python -m tf_entrypoint.serving [--port N] [--host H] [--model-name NAME]
                                  [--model-base-path PATH] ...
 
 (`tf-entrypoint serve` plans the container's thread pools, then runs this.)

@@ -26,21 +26,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving import service
-from entrypoint.serving.config import ServeConfig
-from entrypoint.serving.lifecycle import Loader, Manager, Servable
-from entrypoint.serving.metrics import Metrics
-from entrypoint.serving.model_config import read_model_config
-from entrypoint.serving.service import Answer, answer, error_answer
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving import service
+from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.model_config import read_model_config
+from tf_entrypoint.serving.service import Answer, answer, error_answer
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def tensorflow_loader(directory: Path, version: int) -> Servable:
-    from entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
+    from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
     return model.load(directory, version)
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from entrypoint.serving.model_config import (
+from tf_entrypoint.serving.model_config import (
     ConfigError,
     ServingConfig,
     read_model_config,
@@ -91,7 +91,7 @@ class ServeConfig:
 def cpu_budget(env: Mapping[str, str]) -> CpuBudget:
     """The container's CPU budget as the entrypoint computes it (quota, cpuset, override)."""
     try:
-        from entrypoint.plan import planned_cpus  # noqa: PLC0415 - stdlib-only, cheap
+        from tf_entrypoint.plan import planned_cpus  # noqa: PLC0415 - stdlib-only, cheap
 
         return CpuBudget(*planned_cpus(env))
     except Exception:  # noqa: BLE001 - never refuse to serve over the sizing
@@ -163,7 +163,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         return value or fallback
 
     parser = _Parser(
-        prog="python -m entrypoint.serving",
+        prog="python -m tf_entrypoint.serving",
         description=(
             "Serve SavedModels over TF Serving's REST API, sized to the container's CPU "
             "budget: the model MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's "

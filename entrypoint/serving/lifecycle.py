@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving import repository
-from entrypoint.serving.model_config import (
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving import repository
+from tf_entrypoint.serving.model_config import (
     ConfigError,
     ModelSpec,
     ServingConfig,
@@ -36,7 +36,7 @@ from entrypoint.serving.model_config import (
     describe_policy,
 )
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 START = "START"
 LOADING = "LOADING"

@@ -1,4 +1,4 @@
-"""A SavedModel version as a :class:`~entrypoint.serving.service.Servable`.
+"""A SavedModel version as a :class:`~tf_entrypoint.serving.service.Servable`.
 
 The only module of the server that imports TensorFlow. Signatures are read
 from saved_model.pb itself (dtypes, shapes, graph tensor names, method names:
@@ -17,9 +17,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from entrypoint.serving import protocol as p
+from tf_entrypoint.serving import protocol as p
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 # TensorFlow's ~270,000 Python objects (and the server's) live as long as the
 # process: move them out of the cyclic garbage collector's sight, so that a

@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 

@@ -1,4 +1,4 @@
-"""`python -m entrypoint.serving`: settings, logging, uvicorn, signals, exit code.
+"""`python -m tf_entrypoint.serving`: settings, logging, uvicorn, signals, exit code.
 
 One process, one event loop, `workers` inference threads: the model is
 loaded once and TensorFlow's process-wide thread pools are shared, so the
@@ -25,11 +25,11 @@ from types import FrameType
 
 import uvicorn
 
-from entrypoint.serving.app import ServingState, create_app
-from entrypoint.serving.config import ServeConfig, UsageError, parse_config
-from entrypoint.serving.model_config import ConfigError, describe_policy
+from tf_entrypoint.serving.app import ServingState, create_app
+from tf_entrypoint.serving.config import ServeConfig, UsageError, parse_config
+from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 EXIT_OK = 0
 EXIT_FATAL = 1

@@ -1,9 +1,9 @@
 """The REST handlers, independent of TensorFlow and of HTTP.
 
-Each turns a :class:`~entrypoint.serving.protocol.Route` (and a body) into an
+Each turns a :class:`~tf_entrypoint.serving.protocol.Route` (and a body) into an
 HTTP status and a JSON body, against the models a
-:class:`~entrypoint.serving.lifecycle.Manager` serves; the TensorFlow
-servable lives in :mod:`entrypoint.serving.model`, the tests use a
+:class:`~tf_entrypoint.serving.lifecycle.Manager` serves; the TensorFlow
+servable lives in :mod:`tf_entrypoint.serving.model`, the tests use a
 pure-Python one.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving.lifecycle import Manager
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.lifecycle import Manager
 
 
 @dataclass(frozen=True)

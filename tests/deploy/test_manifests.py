@@ -19,8 +19,6 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from entrypoint.settings import CPU_LIMIT_MILLICORES
-from entrypoint.tfconfig import check_tf_config
 from tests.deploy.kustomize import (
     DEPLOY,
     KUSTOMIZATIONS,
@@ -35,6 +33,8 @@ from tests.deploy.kustomize import (
     render_all,
     split_image,
 )
+from tf_entrypoint.settings import CPU_LIMIT_MILLICORES
+from tf_entrypoint.tfconfig import check_tf_config
 
 #: The Kubernetes versions every manifest must be valid for: the oldest this
 #: project supports and the newest kubernetes-validate knows (pinned in

@@ -6,10 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import __version__, cli
-from entrypoint.cli import Exec, ShowHelp, ShowVersion, Subcommand, UsageError, parse_command_line
-from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE
-from entrypoint.settings import TABLE, plain
+from tf_entrypoint import __version__, cli
+from tf_entrypoint.cli import (
+    Exec,
+    ShowHelp,
+    ShowVersion,
+    Subcommand,
+    UsageError,
+    parse_command_line,
+)
+from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint.settings import TABLE, plain
 
 DEFAULT = ("serve-something",)
 

@@ -1,4 +1,4 @@
-"""Unit tests for entrypoint.cpu on fake /proc and /sys trees."""
+"""Unit tests for tf_entrypoint.cpu on fake /proc and /sys trees."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from entrypoint.cgroup_v1 import parse_cfs
-from entrypoint.cgroup_v2 import parse_cpu_max
-from entrypoint.cgroups import (
+from tf_entrypoint.cgroup_v1 import parse_cfs
+from tf_entrypoint.cgroup_v2 import parse_cpu_max
+from tf_entrypoint.cgroups import (
     CgroupReading,
     CpuQuota,
     Mount,
@@ -27,8 +27,8 @@ from entrypoint.cgroups import (
     parse_proc_cgroup,
     read_cgroup_quota,
 )
-from entrypoint.common import ROUNDINGS, Rounding
-from entrypoint.cpu import (
+from tf_entrypoint.common import ROUNDINGS, Rounding
+from tf_entrypoint.cpu import (
     SOURCE_AFFINITY,
     SOURCE_CGROUP_V1,
     SOURCE_CGROUP_V2,
@@ -671,7 +671,7 @@ def test_v1_docker_values(tmp_path: Path) -> None:
 READ_AS_CHILD = """
 import sys
 from pathlib import Path
-from entrypoint.cpu import read_cgroup_quota
+from tf_entrypoint.cpu import read_cgroup_quota
 reading = read_cgroup_quota(Path(sys.argv[1]))
 print(reading.readable)
 print(reading.notes[0] if reading.notes else "")

@@ -1,4 +1,4 @@
-"""Tests for entrypoint.gpus: fake /proc and /dev trees, a fake NVML, no GPU needed."""
+"""Tests for tf_entrypoint.gpus: fake /proc and /dev trees, a fake NVML, no GPU needed."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint.cuda_visible import (
+from tf_entrypoint.cuda_visible import (
     CudaVisibleDevices,
     parse_cuda_visible_devices,
     parse_nvidia_visible_devices,
 )
-from entrypoint.gpus import Gpu, GpuView, detect_gpus, visible_gpus
-from entrypoint.nvidia import (
+from tf_entrypoint.gpus import Gpu, GpuView, detect_gpus, visible_gpus
+from tf_entrypoint.nvidia import (
     NO_DRIVER_REASON,
     PYNVML_MISSING_REASON,
     SOURCE_NONE,
@@ -33,7 +33,7 @@ from entrypoint.nvidia import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from entrypoint.nvidia import NvmlApi
+    from tf_entrypoint.nvidia import NvmlApi
 
 
 def load_physical_gpus(

@@ -9,7 +9,7 @@ logical-device configuration, getters reporting what the setters stored.
 The end-to-end tests build a throw-away venv laid out exactly as the wheel
 installs into site-packages (tf_entrypoint_hook.pth, _tf_entrypoint_pth.py,
 entrypoint/), byte-compiled as pip does, with a test double for
-entrypoint.plan, and run fresh interpreters in it with the fake TensorFlow on
+tf_entrypoint.plan, and run fresh interpreters in it with the fake TensorFlow on
 PYTHONPATH. tests/container/test_hook_real.py does the same with the real one.
 """
 
@@ -34,9 +34,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint import _pth, cpu, hook
-from entrypoint.handoff import HookPlan, decode_plan, encode_plan
-from entrypoint.hook import apply, on_tensorflow_imported
+from tf_entrypoint import _pth, cpu, hook
+from tf_entrypoint.handoff import HookPlan, decode_plan, encode_plan
+from tf_entrypoint.hook import apply, on_tensorflow_imported
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "entrypoint"
@@ -179,9 +179,9 @@ FAKE_PACKAGES = {
         """,
 }
 
-#: Test double for entrypoint.plan (docker exec path): the plan is FAKE_HOOK_PLAN.
+#: Test double for tf_entrypoint.plan (docker exec path): the plan is FAKE_HOOK_PLAN.
 FAKE_PLAN_MODULE = """
-from entrypoint.handoff import decode_plan
+from tf_entrypoint.handoff import decode_plan
 
 
 def hook_plan_from_environment(env):
@@ -797,8 +797,8 @@ def test_verbose_success_line(said: Said, env: dict[str, str], expected: int) ->
 
 @pytest.fixture
 def fake_plan_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    module = types.ModuleType("entrypoint.plan")
-    monkeypatch.setitem(sys.modules, "entrypoint.plan", module)
+    module = types.ModuleType("tf_entrypoint.plan")
+    monkeypatch.setitem(sys.modules, "tf_entrypoint.plan", module)
     return module
 
 
@@ -849,7 +849,7 @@ def test_computed_plan_failures(
 
 
 def test_the_real_plan_module_gives_a_plan_here() -> None:
-    # Integration with entrypoint.plan as it is in this tree (reads this host).
+    # Integration with tf_entrypoint.plan as it is in this tree (reads this host).
     if not (PACKAGE / "plan.py").exists():
         pytest.skip("entrypoint/plan.py is not in this tree yet")
     source, plan = hook.plan_for_process({})

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.cgroup_v1 import parse_cfs
-from entrypoint.cgroup_v2 import parse_controllers, parse_cpu_max
-from entrypoint.cgroups import Mount, parse_mountinfo, parse_proc_cgroup
-from entrypoint.nvidia import parse_information
+from tf_entrypoint.cgroup_v1 import parse_cfs
+from tf_entrypoint.cgroup_v2 import parse_controllers, parse_cpu_max
+from tf_entrypoint.cgroups import Mount, parse_mountinfo, parse_proc_cgroup
+from tf_entrypoint.nvidia import parse_information
 
 #: Characters str.split() or str.splitlines() would break at, which the kernel does not.
 ODD = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u00a0", "\u2028"]

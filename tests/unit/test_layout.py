@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from entrypoint import hook
+from tf_entrypoint import hook
 
 PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint"
 #: The package's import name (the folder is entrypoint/ whatever it is).

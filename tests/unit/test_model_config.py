@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.serving.config import CpuBudget, UsageError, parse_config
-from entrypoint.serving.model_config import (
+from tf_entrypoint.serving.config import CpuBudget, UsageError, parse_config
+from tf_entrypoint.serving.model_config import (
     All,
     ConfigError,
     Latest,

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint import plan as p
-from entrypoint.cgroups import CgroupReading, CpuQuota
-from entrypoint.cpu import CpuBudget
-from entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
-from entrypoint.gpus import Gpu, GpuView
-from entrypoint.handoff import PLAN_VARIABLE, decode_plan
-from entrypoint.settings import TABLE, VARIABLES, parse_settings
+from tf_entrypoint import plan as p
+from tf_entrypoint.cgroups import CgroupReading, CpuQuota
+from tf_entrypoint.cpu import CpuBudget
+from tf_entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
+from tf_entrypoint.gpus import Gpu, GpuView
+from tf_entrypoint.handoff import PLAN_VARIABLE, decode_plan
+from tf_entrypoint.settings import TABLE, VARIABLES, parse_settings
 
 QUOTA = CpuQuota(
     cpus=1.5,

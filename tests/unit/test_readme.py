@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
-from entrypoint.settings import TABLE, Variable
+from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint.settings import TABLE, Variable
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

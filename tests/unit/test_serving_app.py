@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving.app import InferencePool, create_app
-from entrypoint.serving.config import CpuBudget, ServeConfig, parse_config
-from entrypoint.serving.metrics import Metrics
-from entrypoint.serving.service import Answer
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.app import InferencePool, create_app
+from tf_entrypoint.serving.config import CpuBudget, ServeConfig, parse_config
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.service import Answer
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 
@@ -388,7 +388,7 @@ def test_config_defaults_follow_the_cpu_budget() -> None:
     [["--port", "70000"], ["--workers", "0"], ["--model-name", "a/b"], ["--grace-period", "-1"]],
 )
 def test_config_rejects_bad_values(argv: list[str]) -> None:
-    from entrypoint.serving.config import UsageError  # noqa: PLC0415
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
 
     with pytest.raises(UsageError):
         parse_config(argv, {}, budget=CpuBudget(1, "t"))
@@ -396,7 +396,7 @@ def test_config_rejects_bad_values(argv: list[str]) -> None:
 
 def test_serving_is_never_imported_by_the_entrypoint() -> None:
     # The entrypoint runs before every command: it must not pay for
-    # TensorFlow, Starlette and uvicorn (running `-m entrypoint.serving` is fine).
+    # TensorFlow, Starlette and uvicorn (running `-m tf_entrypoint.serving` is fine).
     root = Path(__file__).resolve().parents[2] / "entrypoint"
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -406,4 +406,4 @@ def test_serving_is_never_imported_by_the_entrypoint() -> None:
                 names = [alias.name for alias in node.names]
             else:
                 continue
-            assert not any(n.startswith("entrypoint.serving") for n in names), path
+            assert not any(n.startswith("tf_entrypoint.serving") for n in names), path

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
-from entrypoint.serving.metrics import Metrics
-from entrypoint.serving.model_config import (
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.model_config import (
     All,
     ConfigError,
     Latest,

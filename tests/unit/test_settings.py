@@ -1,4 +1,4 @@
-"""Tests for entrypoint.settings: every variable, every error kind, and properties."""
+"""Tests for tf_entrypoint.settings: every variable, every error kind, and properties."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.common import ROUNDINGS, is_blank
-from entrypoint.frozen import replace
-from entrypoint.problems import Notice, Problem
-from entrypoint.settings import (
+from tf_entrypoint.common import ROUNDINGS, is_blank
+from tf_entrypoint.frozen import replace
+from tf_entrypoint.problems import Notice, Problem
+from tf_entrypoint.settings import (
     ALLOW_GROWTH,
     AUTOMATIC,
     CPU_LIMIT_MILLICORES,

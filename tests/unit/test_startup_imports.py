@@ -25,22 +25,22 @@ HEAVY = {"typing", "json", "re", "pathlib", "dataclasses", "inspect", "tensorflo
 
 # module -> what importing it must not load
 CASES = {
-    "entrypoint.frozen": HEAVY,
-    "entrypoint.problems": HEAVY,
-    "entrypoint.settings": HEAVY | {"decimal", "fractions"},
-    "entrypoint.tfconfig": HEAVY,  # json only once TF_CONFIG is set
-    "entrypoint.common": HEAVY,
-    "entrypoint.kernel": HEAVY,
-    "entrypoint.cgroups": HEAVY,
-    "entrypoint.cpu": HEAVY,
-    "entrypoint.gpus": HEAVY | {"pynvml"},
-    "entrypoint.handoff": HEAVY,
-    "entrypoint.plan": HEAVY | {"entrypoint.hook"},
+    "tf_entrypoint.frozen": HEAVY,
+    "tf_entrypoint.problems": HEAVY,
+    "tf_entrypoint.settings": HEAVY | {"decimal", "fractions"},
+    "tf_entrypoint.tfconfig": HEAVY,  # json only once TF_CONFIG is set
+    "tf_entrypoint.common": HEAVY,
+    "tf_entrypoint.kernel": HEAVY,
+    "tf_entrypoint.cgroups": HEAVY,
+    "tf_entrypoint.cpu": HEAVY,
+    "tf_entrypoint.gpus": HEAVY | {"pynvml"},
+    "tf_entrypoint.handoff": HEAVY,
+    "tf_entrypoint.plan": HEAVY | {"tf_entrypoint.hook"},
     # Loaded lazily, only when the command is tensorflow_model_server.
-    "entrypoint.tfserving": HEAVY,
+    "tf_entrypoint.tfserving": HEAVY,
     # The whole hand-off path: the hook and the server are never imported. (explain
     # and tfserving were imported lazily once; they cost about 0.5 ms, so no longer.)
-    "entrypoint.cli": HEAVY | {"entrypoint.hook", "entrypoint.serving", "starlette"},
+    "tf_entrypoint.cli": HEAVY | {"tf_entrypoint.hook", "tf_entrypoint.serving", "starlette"},
 }
 
 
@@ -61,7 +61,7 @@ def test_import_stays_cheap(module: str) -> None:
 #: At the moment of the hand-off (execvpe), after planning and encoding the plan.
 HAND_OFF_SCRIPT = """
 import os, sys
-from entrypoint import cli
+from tf_entrypoint import cli
 def handed_off(file, argv, env):
     print(sorted(set(sys.argv[1].split(",")) & set(sys.modules)))
     sys.stdout.flush()
@@ -74,7 +74,7 @@ sys.exit(cli.main(["true"]))
 @pytest.mark.parametrize("command", ["true", "tensorflow_model_server"])
 def test_hand_off_stays_cheap(command: str) -> None:
     """The whole path, planning and plan encoding included, up to the exec."""
-    heavy = HEAVY | {"entrypoint.hook", "entrypoint.serving", "starlette"}
+    heavy = HEAVY | {"tf_entrypoint.hook", "tf_entrypoint.serving", "starlette"}
     script = HAND_OFF_SCRIPT.replace('["true"]', repr([command]))
     result = subprocess.run(
         [sys.executable, "-S", "-c", script, ",".join(sorted(heavy))],

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.tfserving import (
+from tf_entrypoint.tfserving import (
     GpuMemoryFraction,
     format_fraction,
     gpu_memory_fraction,
