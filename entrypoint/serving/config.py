@@ -56,7 +56,9 @@ ENV_MODEL_CONFIG_FILE_POLL_WAIT = "SERVE_MODEL_CONFIG_FILE_POLL_WAIT_SECONDS"
 
 
 @dataclass(frozen=True)
-class CpuBudget:
+class PlannedCpus:
+    """The CPU budget the entrypoint planned (tf_entrypoint.plan.planned_cpus)."""
+
     cpus: int
     #: Where the number came from, for the start-up log line.
     source: str
@@ -83,22 +85,22 @@ class ServeConfig:
     model_config_file_poll_wait: float
     access_log: bool
     log_level: str
-    budget: CpuBudget
+    budget: PlannedCpus
     #: Things to tell the operator at start (flags that a config file overrides).
     notes: tuple[str, ...] = field(default=())
 
 
-def cpu_budget(env: Mapping[str, str]) -> CpuBudget:
+def cpu_budget(env: Mapping[str, str]) -> PlannedCpus:
     """The container's CPU budget as the entrypoint computes it (quota, cpuset, override)."""
     try:
         from tf_entrypoint.plan import planned_cpus  # noqa: PLC0415 - stdlib-only, cheap
 
-        return CpuBudget(*planned_cpus(env))
+        return PlannedCpus(*planned_cpus(env))
     except Exception:  # noqa: BLE001 - never refuse to serve over the sizing
-        return CpuBudget(max(1, len(os.sched_getaffinity(0))), "affinity (planning failed)")
+        return PlannedCpus(max(1, len(os.sched_getaffinity(0))), "affinity (planning failed)")
 
 
-def size_workers(budget: CpuBudget) -> int:
+def size_workers(budget: PlannedCpus) -> int:
     """Inference threads for a CPU budget: one per CPU.
 
     TensorFlow's intra-op and inter-op pools are process-wide and already
@@ -249,7 +251,7 @@ def _models(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[ServingCo
 
 
 def parse_config(
-    argv: Sequence[str], env: Mapping[str, str], budget: CpuBudget | None = None
+    argv: Sequence[str], env: Mapping[str, str], budget: PlannedCpus | None = None
 ) -> ServeConfig:
     """Raises UsageError (argparse's message) for a bad flag or variable, and
     ConfigError (naming file, line and field) for a model configuration that

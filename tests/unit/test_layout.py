@@ -56,8 +56,8 @@ def test_no_import_cycle_anywhere() -> None:
 def test_the_plan_variable_and_the_hand_off_record_are_defined_once() -> None:
     for name in ("PLAN_VARIABLE = ", "class HookPlan", "class CpuBudget", "Rounding: TypeAlias"):
         where = [
-            path.name
-            for path in PACKAGE.glob("*.py")  # the core; serving/ has its own config
+            str(path.relative_to(PACKAGE))
+            for path in PACKAGE.rglob("*.py")  # the core and serving/
             if name in path.read_text()
         ]
         assert len(where) == 1, (name, where)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tf_entrypoint.serving.config import CpuBudget, UsageError, parse_config
+from tf_entrypoint.serving.config import PlannedCpus, UsageError, parse_config
 from tf_entrypoint.serving.model_config import (
     All,
     ConfigError,
@@ -187,7 +187,7 @@ def test_the_server_reads_the_file_from_the_flag_in_both_spellings_or_the_variab
 ) -> None:
     dirs(tmp_path, "half", "mlp", "newest")
     path = write(tmp_path, TWO_MODELS % {"root": tmp_path})
-    budget = CpuBudget(1, "test")
+    budget = PlannedCpus(1, "test")
     for argv, env in (
         ([f"--model_config_file={path}"], {}),
         (["--model_config_file", str(path)], {}),
@@ -219,6 +219,6 @@ def test_the_server_reads_the_file_from_the_flag_in_both_spellings_or_the_variab
 def test_a_bad_file_is_a_config_error_and_a_bad_flag_a_usage_error(tmp_path: Path) -> None:
     path = write(tmp_path, "model_config_list { config { name: 'a' } }")
     with pytest.raises(ConfigError, match="base_path is missing"):
-        parse_config([f"--model_config_file={path}"], {}, budget=CpuBudget(1, "t"))
+        parse_config([f"--model_config_file={path}"], {}, budget=PlannedCpus(1, "t"))
     with pytest.raises(UsageError):
-        parse_config(["--file_system_poll_wait_seconds=-1"], {}, budget=CpuBudget(1, "t"))
+        parse_config(["--file_system_poll_wait_seconds=-1"], {}, budget=PlannedCpus(1, "t"))

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import InferencePool, create_app
-from tf_entrypoint.serving.config import CpuBudget, ServeConfig, parse_config
+from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.service import Answer
 
@@ -49,7 +49,7 @@ def config(tmp_path: Path, *args: str) -> ServeConfig:
     return parse_config(
         ["--model-base-path", str(tmp_path), "--wait-for-model", "5", *args],
         {},
-        budget=CpuBudget(2, "test"),
+        budget=PlannedCpus(2, "test"),
     )
 
 
@@ -372,14 +372,14 @@ def only_model(conf: ServeConfig) -> tuple[str, str]:
 
 
 def test_config_defaults_follow_the_cpu_budget() -> None:
-    conf = parse_config([], {}, budget=CpuBudget(3, "cgroup v1 quota"))
+    conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
     assert (conf.workers, conf.max_queue) == (3, 96)
     assert (*only_model(conf), conf.port) == ("model", "/models/model", 8501)
     assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
     env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}
-    conf = parse_config([], env, budget=CpuBudget(3, "test"))
+    conf = parse_config([], env, budget=PlannedCpus(3, "test"))
     assert (*only_model(conf), conf.port, conf.workers) == ("m", "/x/m", 9000, 1)
-    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=CpuBudget(3, "t"))
+    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=PlannedCpus(3, "t"))
     assert (conf.port, only_model(conf)) == (1234, ("n", "/x/n"))
 
 
@@ -391,7 +391,7 @@ def test_config_rejects_bad_values(argv: list[str]) -> None:
     from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
 
     with pytest.raises(UsageError):
-        parse_config(argv, {}, budget=CpuBudget(1, "t"))
+        parse_config(argv, {}, budget=PlannedCpus(1, "t"))
 
 
 def test_serving_is_never_imported_by_the_entrypoint() -> None:
