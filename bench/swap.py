@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import docker, loadavg, log, median, now_iso
-from bench.serving import export_models, request_body, start_server, wait_ready
+from bench.serving import export_models, read_response, request_body, start_server, wait_ready
 
 MODEL = "mlp"
 
@@ -57,16 +57,6 @@ class Record:
     ok: bool
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    length = 0
-    for line in head[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "content-length":
-            length = int(value)
-    return int(head[0].split()[1]), await reader.readexactly(length)
-
-
 async def _load(host: str, port: int, raw: bytes, stop: asyncio.Event, out: list[Record]) -> None:
     while not stop.is_set():
         try:
@@ -80,7 +70,7 @@ async def _load(host: str, port: int, raw: bytes, stop: asyncio.Event, out: list
                 started = time.perf_counter()
                 writer.write(raw)
                 await writer.drain()
-                status, _ = await _read_response(reader)
+                status, _ = await read_response(reader)
                 out.append(Record(started, time.perf_counter() - started, status == 200))
         except (OSError, asyncio.IncompleteReadError, ValueError):
             out.append(Record(time.perf_counter(), 0.0, ok=False))
@@ -93,7 +83,7 @@ async def _states(host: str, port: int) -> dict[int, str]:
     try:
         writer.write(f"GET /v1/models/{MODEL} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         await writer.drain()
-        status, body = await _read_response(reader)
+        status, body = await read_response(reader)
     finally:
         writer.close()
     if status != 200:
