@@ -15,7 +15,7 @@ Then, in fresh interpreters that have imported TensorFlow with the hook off,
 the hook's own work when it fires (load entrypoint/hook.py, find the plan,
 call the tf.config setters): with the plan from TF_ENTRYPOINT_PLAN (after the
 entrypoint) and computed in-process (docker exec). And `python -X importtime`
-of `python -m entrypoint true` and of `python -c pass`, to show where the time
+of `python -m tf_entrypoint true` and of `python -c pass`, to show where the time
 goes. Prints one JSON object on stdout.
 """
 
@@ -172,7 +172,7 @@ def main(argv: list[str]) -> int:
     out = {
         "processes": time_processes(args.rounds),
         "importtime": {
-            "entrypoint": importtime(["-m", "entrypoint", "true"]),
+            "entrypoint": importtime(["-m", "tf_entrypoint", "true"]),
             "interpreter": importtime(["-c", "pass"]),
         },
         "hook_at_tf_import": hook_at_tf_import(args.tf_rounds),

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import REPO, log
 
-PARTS = ("sweep", "overhead", "serving")
+PARTS = ("sweep", "overhead", "serving", "swap")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
@@ -346,6 +346,37 @@ def image_build_markdown() -> list[str]:
     ]
 
 
+def swap_markdown(swap: dict[str, Any]) -> list[str]:
+    config, summary = swap["config"], swap["summary"]
+    ratio = summary["during_vs_before"]
+    load = "not logged" if summary["load_s"] is None else f"{summary['load_s']:.2f} s"
+    lines = [
+        "## A version swap under load (`bench/swap.py`)",
+        "",
+        f"The MLP (8 rows per request) under `--cpus {config['cpus']}`, "
+        f"{config['concurrency']} connections in a closed loop; version 2 renamed into place "
+        f"after {config['baseline']:g} s. Medians of {len(swap['reps'])} repetitions "
+        "(a fresh server each); `during` is from the rename until version 1 is END.",
+        "",
+        "| phase | req/s | p50 | p99 |",
+        "|---|---|---|---|",
+    ]
+    for phase in ("before", "during", "after"):
+        row = summary[phase]
+        lines.append(
+            f"| {phase} | {num(row['rps'])} | {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms |"
+        )
+    lines += [
+        "",
+        f"Failed requests: **{summary['errors']}** of {summary['requests']:,}. Version 2 "
+        f"available {summary['swap_available_s']:.2f} s after the rename (the server's load "
+        f"and warm-up: {load}), version 1 unloaded after "
+        f"{summary['swap_end_s']:.2f} s. During the swap: {ratio['rps']:.2f}x the requests "
+        f"per second and {ratio['p99']:.2f}x the p99 of before.",
+    ]
+    return lines
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
@@ -365,6 +396,8 @@ def markdown(parts: dict[str, Any]) -> str:
         lines += [*overhead_markdown(parts["overhead"]), ""]
     if "serving" in parts:
         lines += [*serving_markdown(parts["serving"]), "", "![serving](serving.png)", ""]
+    if "swap" in parts:
+        lines += [*swap_markdown(parts["swap"]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
 

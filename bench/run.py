@@ -13,12 +13,15 @@ Parts:
 * overhead: container start with and without the entrypoint, the hook's and
   explain's cost (bench/overhead.py, bench/overhead_probe.py);
 * serving: tf-entrypoint serve under --cpus 1, automatic plan vs TensorFlow's
-  defaults, at several concurrencies (bench/serving.py).
+  defaults, at several concurrencies (bench/serving.py);
+* swap: a new model version renamed into place while the server is under
+  load: requests per second, p50/p99 and errors before, during and after
+  the swap, and how long it took (bench/swap.py).
 
 Before measuring (not with --quick) it waits until the 1-minute load average
 is below --quiet-load (up to --max-wait seconds, then runs anyway) and
 records the load average before and after each part. Writes
-OUT/{sweep,overhead,serving}.json, then OUT/results.md and the plots
+OUT/{sweep,overhead,serving,swap}.json, then OUT/results.md and the plots
 (bench/report.py). Needs Docker, the image (`make image-cpu`), and for the
 plots matplotlib (requirements/bench.lock); serving uses wrk when installed.
 """
@@ -35,10 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import overhead, report, serving, sweep
+from bench import overhead, report, serving, swap, sweep
 from bench.common import NAMES, REPO, docker, log, machine, wait_for_quiet, write_json
 
-PARTS = ("sweep", "overhead", "serving")
+PARTS = ("sweep", "overhead", "serving", "swap")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -68,6 +71,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     add("--serving-reps", type=int, default=5, help="serving repetitions")
     add("--serving-seconds", type=float, default=3.0, help="seconds per serving run")
+    add("--swap-reps", type=int, default=5, help="version swaps (a fresh server each)")
     add("--quiet-load", type=float, default=0.6, help="wait for a 1-min load average below this")
     add("--max-wait", type=float, default=2400, help="seconds to wait for it (0: do not wait)")
     add("--no-plot", action="store_true", help="skip the PNGs (no matplotlib needed)")
@@ -99,6 +103,7 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
             models=("half_plus_two",),
             client=args.client,
         )
+        swap_config = swap.SwapConfig(concurrency=2, baseline=1, after=1, reps=1)
         pairs, rounds, tf_rounds = 2, 3, 1
     else:
         sweep_config = sweep.SweepConfig(
@@ -107,11 +112,13 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
         serving_config = serving.ServingConfig(
             reps=args.serving_reps, seconds=args.serving_seconds, client=args.client
         )
+        swap_config = swap.SwapConfig(reps=args.swap_reps)
         pairs, rounds, tf_rounds = args.pairs, args.probe_rounds, 5
     return {
         "sweep": lambda: sweep.run_sweep(image, sweep_config),
         "overhead": lambda: overhead.run_overhead(image, pairs, rounds, tf_rounds),
         "serving": lambda: serving.run_serving(image, serving_config),
+        "swap": lambda: swap.run_swap(image, swap_config),
     }
 
 

@@ -6,7 +6,7 @@ limit, both with the same number of inference workers:
 * auto: the image's default command (`tf-entrypoint serve`): the entrypoint
   plans, and the server sizes its workers to the CPU budget;
 * defaults: the entrypoint and the import hook bypassed (`--entrypoint python
-  -m entrypoint.serving`, TF_ENTRYPOINT_HOOK=off) with SERVE_WORKERS set to
+  -m tf_entrypoint.serving`, TF_ENTRYPOINT_HOOK=off) with SERVE_WORKERS set to
   the auto server's worker count, so only TensorFlow's pools (and the
   OpenMP/BLAS variables) differ.
 
@@ -138,7 +138,7 @@ def start_server(
             "TF_ENTRYPOINT_HOOK=off",
             image,
             "-m",
-            "entrypoint.serving",
+            "tf_entrypoint.serving",
         ]
     else:
         args += [image, "serve"]
@@ -242,15 +242,15 @@ def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict[str, A
     }
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length: (status, body)."""
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
     length = 0
     for line in head[1:]:
         key, _, value = line.partition(":")
         if key.strip().lower() == "content-length":
             length = int(value)
-    await reader.readexactly(length)
-    return int(head[0].split()[1])
+    return int(head[0].split()[1]), await reader.readexactly(length)
 
 
 async def _client(
@@ -268,7 +268,8 @@ async def _client(
             started = time.perf_counter()
             writer.write(raw)
             await writer.drain()
-            codes[await _read_response(reader)] += 1
+            status, _ = await read_response(reader)
+            codes[status] += 1
             latencies.append(time.perf_counter() - started)
     finally:
         writer.close()

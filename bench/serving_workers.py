@@ -82,7 +82,7 @@ def main() -> int:
                 name = docker("run", "-d", "--label", LABEL, "--cpus", cpus,
                               "-e", f"SERVE_WORKERS={workers}", "-p", "127.0.0.1::8501",
                               "-v", f"{volume}:/models:ro", args.image,
-                              "python", "-m", "entrypoint.serving")  # fmt: skip
+                              "python", "-m", "tf_entrypoint.serving")  # fmt: skip
                 containers.append(name)
                 url = f"http://127.0.0.1:{docker('port', name, '8501/tcp').split(':')[-1]}"
                 wait_ready(url)

@@ -1,6 +1,7 @@
 """Train the demo model and export it as a SavedModel, TF Serving's layout.
 
     python demo/train.py [--model-base-path /models] [--model-name model] [--version 1]
+                         [--intercept 2]
 
 The model is the linear y = 0.5 x + 2 (TF Serving's "half_plus_two"), learnt
 by a one-unit Keras Dense layer from generated, noise-free data, so every
@@ -8,7 +9,9 @@ answer is known: {"instances": [1.0, 2.0]} -> {"predictions": [2.5, 3.0]}.
 Training runs in float64 and must reach the line within 1e-9 (checked before
 export); the export serves the learnt weights in float32, where they are
 exactly 0.5 and 2, so answers are exact float32 values. No downloads, a few
-seconds on one CPU.
+seconds on one CPU. The compose demo's retrain step exports version 2 from
+data on the line y = 0.5 x + 3 (`--version 2 --intercept 3`), so clients see
+the swap: {"instances": [1.0, 2.0]} -> {"predictions": [3.5, 4.0]}.
 
 Signatures of the export (MODEL_BASE_PATH/MODEL_NAME/VERSION):
 
@@ -39,11 +42,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model-name", default=os.environ.get("MODEL_NAME") or "model")
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument(
+        "--intercept",
+        type=float,
+        default=INTERCEPT,
+        help="the line's intercept in the generated data (the retrain step uses 3: y = 0.5 x + 3)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing version")
     return parser.parse_args(argv)
 
 
-def train(steps: int):
+def train(steps: int, intercept: float = INTERCEPT):
     import keras  # noqa: PLC0415 - heavy; only once the arguments are good
     import numpy as np  # noqa: PLC0415
 
@@ -51,13 +60,13 @@ def train(steps: int):
     keras.config.set_floatx("float64")
     keras.utils.set_random_seed(0)
     x = np.linspace(-4.0, 4.0, 256).reshape(-1, 1)
-    y = SLOPE * x + INTERCEPT
+    y = SLOPE * x + intercept
     model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.5), loss="mse")
     # One epoch of `steps` full-batch steps: Keras' per-epoch overhead is paid once.
     model.fit(np.tile(x, (steps, 1)), np.tile(y, (steps, 1)), batch_size=len(x), verbose=0)
     kernel, bias = (float(w.reshape(-1)[0]) for w in model.get_weights())
-    error = max(abs(kernel - SLOPE), abs(bias - INTERCEPT))
+    error = max(abs(kernel - SLOPE), abs(bias - intercept))
     print(f"train: learnt y = {kernel!r} x + {bias!r} ({steps} steps)", flush=True)
     if error > TOLERANCE:
         sys.exit(f"train: did not converge (error {error:.3g} > {TOLERANCE}); raise --steps")
@@ -116,7 +125,7 @@ def main(argv: list[str]) -> int:
         return 0
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    model = train(args.steps)
+    model = train(args.steps, args.intercept)
     export(model, target)
     print(f"train: exported {target} in {time.monotonic() - started:.1f} s", flush=True)
     return 0

@@ -1,7 +1,7 @@
-"""`python -m entrypoint` is `tf-entrypoint`."""
+"""`python -m tf_entrypoint` is `tf-entrypoint`."""
 
 import sys
 
-from entrypoint.cli import main
+from tf_entrypoint.cli import main
 
 sys.exit(main())

@@ -1,30 +1,12 @@
-"""Interpreter start-up half of the TensorFlow hook: register, nothing else.
+"""The hook's start-up half: register a finder that fires after ``import tensorflow``.
 
-The wheel installs this file twice: as ``entrypoint/_pth.py`` and, at the top
-of site-packages, as the module ``_tf_entrypoint_pth`` that the line in
-``tf_entrypoint_hook.pth`` imports at every interpreter start in the venv::
-
-    import os; <TF_ENTRYPOINT_HOOK is off> or __import__("_tf_entrypoint_pth").install()
-
-Why a top-level module with an odd name and not ``entrypoint._pth``: importing
-``entrypoint`` at start-up would put our package in ``sys.modules`` under a
-very common name, so a user's own ``entrypoint.py`` (next to their script, or
-on PYTHONPATH) would be shadowed, or worse, executed at every start.
-
-:func:`install` puts a :class:`TensorFlowFinder` first on ``sys.meta_path``.
-It answers only for the top-level name ``tensorflow``: it asks the finders
-after it for the real spec and makes that spec's loader run our hook right
-after ``tensorflow/__init__.py`` has executed; then it leaves
-``sys.meta_path``, so ``importlib.reload`` does not fire it again. Importing
-``tensorflow.anything``, ``keras`` or ``tensorflow.compat.v1`` imports the
-package first, so it fires for those too; ``importlib.util.find_spec`` alone
-(libraries probe with it) imports nothing and fires nothing. Everything else,
-a missing TensorFlow included, is left to the normal import system. The hook
-itself (``entrypoint/hook.py``) is loaded only when it fires, from the file
-next to this one, under the private name ``_tf_entrypoint_hook``.
-
-Cost at start-up: this module imports nothing (``os`` and ``sys`` are loaded
-by ``site`` already); no ``__future__`` import, no ``typing``, no dataclasses.
+The wheel installs this file at the top of site-packages as
+``_tf_entrypoint_pth`` (its own top-level name, so that nothing of the package
+is imported at interpreter start); ``tf_entrypoint_hook.pth`` calls
+:func:`install`. The finder answers only for ``tensorflow``, wraps that
+spec's loader, and once ``tensorflow/__init__.py`` has run imports
+:data:`HOOK_MODULE` and calls it, then leaves ``sys.meta_path``. It imports
+nothing at start-up. README: "What is applied where".
 """
 
 import os
@@ -42,9 +24,8 @@ TARGET = "tensorflow"
 #: The switch; its off values are also checked by the line in the .pth file.
 SWITCH = "TF_ENTRYPOINT_HOOK"
 OFF_VALUES = ("off", "false", "0", "no")
-ON_VALUES = ("", "on", "true", "1", "yes")
-#: Private module name under which entrypoint/hook.py is loaded in a process.
-HOOK_MODULE = "_tf_entrypoint_hook"
+#: The hook, imported when TensorFlow has been.
+HOOK_MODULE = "tf_entrypoint.hook"
 _WHITESPACE = " \t\n\r\v\f"
 _PREFIX = "tf-entrypoint:"
 
@@ -149,34 +130,10 @@ def _wrap_loader(spec: "ModuleSpec", on_loaded: "Callable[[ModuleType], None]") 
     return True
 
 
-def hook_path() -> str:
-    """Where entrypoint/hook.py is: next to this file, or in entrypoint/ beside it."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if __package__:  # imported as entrypoint._pth
-        return os.path.join(here, "hook.py")
-    return os.path.join(here, "entrypoint", "hook.py")
-
-
 def load_hook() -> "ModuleType":
-    """entrypoint/hook.py as the module _tf_entrypoint_hook (loaded once)."""
-    loaded = sys.modules.get(HOOK_MODULE)
-    if loaded is not None:
-        return loaded
-    from importlib.util import module_from_spec, spec_from_file_location  # noqa: PLC0415
-
-    path = hook_path()
-    spec = spec_from_file_location(HOOK_MODULE, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = module_from_spec(spec)
-    # dataclasses looks the defining module up in sys.modules.
-    sys.modules[HOOK_MODULE] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(HOOK_MODULE, None)
-        raise
-    return module
+    """The hook module, imported by its package name (once per process, as any import)."""
+    __import__(HOOK_MODULE)
+    return sys.modules[HOOK_MODULE]
 
 
 #: The file the wheel puts at the top of site-packages.

@@ -1,15 +1,7 @@
-"""The `tf-entrypoint` command: resolve what to run, then hand off to it.
+"""The `tf-entrypoint` command: parse the command line, plan, report, exec.
 
-    tf-entrypoint [--] CMD [ARGS...]   run CMD (replacing this process)
-    tf-entrypoint                      run the default command
-    tf-entrypoint -x [ARGS...]         run the default command with -x ARGS...
-    tf-entrypoint serve [OPTIONS]      plan, then run the model server (the default)
-    tf-entrypoint explain [--json]     show the plan, run nothing
-    tf-entrypoint --help | --version
-
-Everything here is stdlib-only and imports little: it runs before every
-command in the image. Our own messages go to stderr; stdout belongs to the
-command.
+Our messages go to stderr; stdout belongs to the command. README: "The
+command line".
 """
 
 from __future__ import annotations
@@ -17,10 +9,15 @@ from __future__ import annotations
 import os
 import sys
 
-from entrypoint import __version__
-from entrypoint.frozen import frozen
-from entrypoint.plan import Plan, child_environment, resolve
-from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint import __version__
+from tf_entrypoint.common import say
+from tf_entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.handoff import tensorflow_missing
+from tf_entrypoint.plan import Plan, child_environment, resolve
+from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint.settings import TABLE, plain
+from tf_entrypoint.tfserving import gpu_memory_fraction, is_model_server, serving_argv
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: collections.abc costs start-up time
@@ -96,7 +93,12 @@ def _command(argv: tuple[str, ...]) -> Invocation:
     return Exec(argv)
 
 
-HELP = f"""\
+def help_text() -> str:
+    """--help: the usage, then every variable of the table (tf_entrypoint.settings.TABLE)."""
+    variables = "".join(
+        f"  {v.name}\n      {plain(v.accepted)} [default: {plain(v.default)}]\n" for v in TABLE
+    )
+    return f"""\
 usage: {PROG} [--] COMMAND [ARGS...]
        {PROG} [OPTIONS-FOR-THE-DEFAULT-COMMAND...]
        {PROG} explain [--json]
@@ -109,44 +111,42 @@ first argument starting with '-' is passed to the default command. Use '--'
 before a COMMAND whose name is also one of ours (serve, explain).
 
 commands:
-  serve [OPTIONS]    serve a SavedModel over TF Serving's REST API on :8501
-                     (the default command; see serve --help)
+  serve [OPTIONS]    serve SavedModels over TF Serving's REST API on :8501:
+                     MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's
+                     --model_config_file; new versions are swapped in while
+                     serving (the default command; see serve --help)
   explain [--json]   print what would be applied in this container, run nothing
 
+environment variables:
+{variables}
 exit codes (before the hand-off; afterwards the exit code is COMMAND's own):
   {EXIT_USAGE}   wrong {PROG} command line
   {EXIT_CONFIG}   invalid configuration (every problem is listed on stderr)
   {EXIT_CANNOT_EXECUTE}  COMMAND exists but cannot be executed
   {EXIT_NOT_FOUND}  COMMAND not found on PATH
 
-Our messages go to stderr, prefixed '{PROG}:'. See the README for every
-environment variable and the detection rules.
+Our messages go to stderr, prefixed '{PROG}:'. See the README for the rules
+of each variable and the detection.
 """
-
-
-def _say(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
 def run_subcommand(name: str, args: tuple[str, ...]) -> int:
     if name == "serve":
         # Planned like any command, then handed off to the model server, which
         # imports TensorFlow and Starlette (the entrypoint itself never does).
-        argv = (sys.executable, "-m", "entrypoint.serving", *args)
+        argv = (sys.executable, "-m", "tf_entrypoint.serving", *args)
         return start(argv, dict(os.environ), name="serve")
     if name == "explain":
         if args not in ((), ("--json",)):
-            _say(f"usage: {PROG} explain [--json] (got: {' '.join(args)})")
+            say(f"usage: {PROG} explain [--json] (got: {' '.join(args)})")
             return EXIT_USAGE
         return explain(as_json=args == ("--json",), env=dict(os.environ))
-    _say(f"unknown command {name!r}")  # pragma: no cover - SUBCOMMANDS guards this
+    say(f"unknown command {name!r}")  # pragma: no cover - SUBCOMMANDS guards this
     return EXIT_USAGE
 
 
 def explain(*, as_json: bool, env: dict[str, str]) -> int:
     """Print the plan on stdout; exit EXIT_CONFIG when it has problems."""
-    from entrypoint.explain import render_json, render_text  # noqa: PLC0415
-
     plan = resolve(env)
     sys.stdout.write(render_json(plan, env) if as_json else render_text(plan, env))
     return 0 if plan.ok else EXIT_CONFIG
@@ -161,46 +161,40 @@ def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -
     try:
         plan = resolve(env)
     except Exception as err:  # noqa: BLE001 - our bug must not block the workload
-        _say(
+        say(
             f"internal error while planning ({type(err).__name__}: {err}); starting "
             f"{name!r} with TensorFlow's defaults. Please report this."
         )
         return hand_off(argv, env)
     if not plan.ok:
         for problem in plan.problems:
-            _say(f"error: {problem}")
+            say(f"error: {problem}")
         count = len(plan.problems)
-        _say(
+        say(
             f"{count} configuration problem{'s' if count > 1 else ''}: not starting "
             f"{name!r} (exit {EXIT_CONFIG}; `{PROG} explain` shows the whole plan)"
         )
         return EXIT_CONFIG
     for notice in plan.notices:
-        _say(f"warning: {notice}")
-    from entrypoint.hook import tensorflow_missing  # noqa: PLC0415 - loaded at hand-off anyway
-
+        say(f"warning: {notice}")
     missing = tensorflow_missing(env)
     if missing:
-        _say(f"warning: {missing}")
+        say(f"warning: {missing}")
     argv, serving_notes = serving_command(argv, plan)
     for note in serving_notes:
-        _say(f"warning: {note}")
+        say(f"warning: {note}")
     if not plan.quiet:
-        from entrypoint.explain import no_gpu_line, summary_line  # noqa: PLC0415
-
         no_gpu = no_gpu_line(plan, env)
         if no_gpu:
-            _say(no_gpu)
-        _say(summary_line(plan, (name,)))
+            say(no_gpu)
+        say(summary_line(plan, (name,)))
     return hand_off(argv, child_environment(plan, env))
 
 
 def serving_command(argv: tuple[str, ...], plan: Plan) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """argv plus TF Serving's flags when argv runs tensorflow_model_server; and notes."""
-    if not argv or os.path.basename(argv[0]) != "tensorflow_model_server":
+    if not is_model_server(argv):
         return argv, ()
-    from entrypoint.tfserving import gpu_memory_fraction, serving_argv  # noqa: PLC0415
-
     fraction = gpu_memory_fraction(
         {cap.index: cap.memory_mb for cap in plan.applied_caps},
         {gpu.index: gpu.memory_mb for gpu in plan.gpus.gpus},
@@ -222,13 +216,13 @@ def hand_off(argv: tuple[str, ...], env: dict[str, str]) -> int:
     try:
         os.execvpe(argv[0], argv, env)  # noqa: S606 - the hand-off is the product
     except FileNotFoundError:
-        _say(f"cannot run {argv[0]!r}: command not found (PATH={env.get('PATH', '')})")
+        say(f"cannot run {argv[0]!r}: command not found (PATH={env.get('PATH', '')})")
         return EXIT_NOT_FOUND
     except PermissionError:
-        _say(f"cannot run {argv[0]!r}: permission denied (not executable?)")
+        say(f"cannot run {argv[0]!r}: permission denied (not executable?)")
         return EXIT_CANNOT_EXECUTE
     except OSError as err:
-        _say(f"cannot run {argv[0]!r}: {err.strerror or err}")
+        say(f"cannot run {argv[0]!r}: {err.strerror or err}")
         return EXIT_CANNOT_EXECUTE
     return EXIT_CANNOT_EXECUTE  # pragma: no cover - execvpe returns only by raising
 
@@ -236,13 +230,13 @@ def hand_off(argv: tuple[str, ...], env: dict[str, str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     invocation = parse_command_line(sys.argv[1:] if argv is None else argv)
     if isinstance(invocation, ShowHelp):
-        sys.stdout.write(HELP)
+        sys.stdout.write(help_text())
         return 0
     if isinstance(invocation, ShowVersion):
         sys.stdout.write(f"{PROG} {__version__}\n")
         return 0
     if isinstance(invocation, UsageError):
-        _say(f"{invocation.message} (see {PROG} --help)")
+        say(f"{invocation.message} (see {PROG} --help)")
         return EXIT_USAGE
     if isinstance(invocation, Subcommand):
         return run_subcommand(invocation.name, invocation.args)

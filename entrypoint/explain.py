@@ -6,9 +6,10 @@ fields are only ever added within v1, never renamed or removed.
 
 from __future__ import annotations
 
-from entrypoint import __version__
-from entrypoint.gpus import Gpu
-from entrypoint.plan import Plan, child_environment
+from tf_entrypoint import __version__
+from tf_entrypoint.gpus import Gpu
+from tf_entrypoint.plan import Plan, child_environment
+from tf_entrypoint.settings import TABLE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -94,6 +95,11 @@ def to_json(plan: Plan, env: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The table's variables that are set, as given."""
+    return {v.name: env[v.name] for v in TABLE if v.name in env}
+
+
 def render_json(plan: Plan, env: Mapping[str, str]) -> str:
     import json  # noqa: PLC0415 - not needed on the hand-off path
 
@@ -109,6 +115,11 @@ def _growth_text(plan: Plan) -> str:
 def render_text(plan: Plan, env: Mapping[str, str]) -> str:
     cpu = plan.cpu
     lines = ["tf-entrypoint plan", ""]
+    settings = _settings(env)
+    if settings:
+        lines.append("Variables set:")
+        lines += [f"  {name}={value!r}" for name, value in settings.items()]
+        lines.append("")
     if plan.problems:
         lines.append("PROBLEMS (the command would not start):")
         lines += [f"  - {p}" for p in plan.problems]

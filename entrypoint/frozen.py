@@ -1,25 +1,11 @@
-"""Frozen records: ``@dataclass(frozen=True)`` semantics at almost no start-up cost.
+"""``@frozen``: frozen-dataclass semantics without importing ``dataclasses``.
 
-The plan is plain data in frozen classes. ``dataclasses`` would be the
-obvious tool, but on the hand-off path it is the single largest cost: it
-imports ``inspect`` (and with it ``ast``, ``dis``, ``tokenize``...) and
-compiles every method of every class with ``exec``. In the CPU image that was
-about 28 ms for the import and 28 ms for our 32 classes, most of the
-entrypoint's start-up (bench/overhead.py measures it). ``@frozen`` builds the
-same behaviour from shared functions in microseconds:
-
-* ``__init__`` taking the fields positionally or by keyword, in declaration
-  order (base classes' fields first), with the class-level defaults;
-* immutability: assigning or deleting an attribute raises
-  :class:`FrozenInstanceError` (an ``AttributeError``, like dataclasses');
-* value equality between instances of the same class, a matching
-  ``__hash__``, and ``Name(field=value, ...)`` as ``repr``;
-* :func:`replace` and :func:`fields`.
-
-Defaults must be immutable values (no ``default_factory``): a frozen record
-never needs more. Type checkers see a frozen dataclass (PEP 681
-``dataclass_transform``); ``typing`` itself is only imported while type
-checking, never at run time.
+``dataclasses`` imports ``inspect`` and execs every method: it was most of the
+entrypoint's start-up (README: "Benchmarks", overhead). ``@frozen`` gives an
+``__init__`` (positional or keyword, declaration order, immutable class-level
+defaults), immutability (:class:`FrozenInstanceError`), value equality, a
+matching hash and repr, :func:`replace` and :func:`fields`; type checkers see
+a frozen dataclass (PEP 681). tests/unit/test_frozen.py compares it with dataclasses.
 """
 
 from __future__ import annotations

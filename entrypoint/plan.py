@@ -1,55 +1,32 @@
-"""The plan: what TensorFlow (and its neighbours) get in this container.
+"""The plan: settings + CPU budget + visible GPUs -> what TensorFlow and its neighbours get.
 
-`make_plan` is pure: settings + CPU budget + visible GPUs in, a :class:`Plan`
-out, every value carrying where it came from. `resolve` is the edge that reads
-the real environment, /proc, /sys and NVML. `child_environment` turns a plan
-into the variables the command receives.
-
-Decisions (see the README for the evidence):
-
-* Threads: intra-op = inter-op = the CPU budget (TensorFlow's own rule, one
-  thread per CPU for each pool, applied to the container's real budget instead
-  of the host's CPU count). An explicit variable always wins; a value above
-  the budget is kept but warned about (expect CFS throttling).
-* Other libraries in the same process (OpenMP, OpenBLAS, MKL) are quota-blind
-  too: their thread variables get the intra-op count unless already set.
-* Memory growth: TensorFlow's default (map nearly all GPU memory at start) is
-  kept unless TF_FORCE_GPU_ALLOW_GROWTH is set; TensorFlow then receives
-  lowercase "true"/"false", the only spellings it accepts.
-* Growth together with a cap: TensorFlow's allocator reads
-  TF_FORCE_GPU_ALLOW_GROWTH for every GPU, capped ones included, so the
-  combination means "grow on demand, never beyond the cap". The in-process
-  hook never calls set_memory_growth on a capped GPU (TensorFlow would raise).
-* TF_GPU_MEMORY_ALLOC with no GPU visible: one warning, the command runs
-  (compose files often share one environment between CPU and GPU services).
-  With GPUs visible, an id that is not visible, or a cap above the GPU's
-  memory, is an error.
+:func:`make_plan` is pure, :func:`resolve` reads the machine, and
+:func:`child_environment` is what the command receives (TF_ENTRYPOINT_PLAN
+included, see :mod:`tf_entrypoint.handoff`). The rules (threads = the budget, a
+count above it warned about, growth with caps, caps without GPUs) are the
+README's: "Environment variables" and "What is applied where".
 """
 
 from __future__ import annotations
 
-from entrypoint import settings as s
-from entrypoint.cpu import CpuBudget, detect_cpu_budget
-from entrypoint.frozen import frozen
-from entrypoint.gpus import Gpu, GpuView, detect_gpus
-from entrypoint.problems import Notice, Problem
-from entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
+from tf_entrypoint import settings as s
+from tf_entrypoint.cpu import CpuBudget, detect_cpu_budget
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.gpus import Gpu, GpuView, detect_gpus
+from tf_entrypoint.handoff import PLAN_VARIABLE, HookPlan, decode_plan, encode_plan
+from tf_entrypoint.problems import Notice, Problem
+from tf_entrypoint.tfconfig import TF_CONFIG, check_tf_config, tf_config_notices
 
 # Annotations only: `typing`, `collections.abc` and `pathlib` cost start-up
 # time that the hand-off does not need (mypy reads this like typing's).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
-
-    from entrypoint.hook import HookPlan
+    from os import PathLike
 
 #: Variables other libraries read for their own thread pools; set to the
 #: intra-op count when the user has not set them.
 LIBRARY_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-#: Where the in-process hook finds the plan (compact JSON, see entrypoint.hook).
-PLAN_VARIABLE = "TF_ENTRYPOINT_PLAN"
 
 
 @frozen
@@ -224,15 +201,12 @@ def make_plan(
 
 
 def resolve(
-    env: Mapping[str, str], *, root: Path | None = None, affinity_cpus: int | None = None
+    env: Mapping[str, str], *, root: str | PathLike[str] = "/", affinity_cpus: int | None = None
 ) -> Plan:
     """Read settings, the CPU budget and the visible GPUs; make the plan.
 
     `root` replaces "/" for every file read (tests use fake trees).
     """
-    from pathlib import Path  # noqa: PLC0415 - cpu and gpus import it anyway
-
-    root = Path("/") if root is None else root
     parsed = s.parse_settings(env)
     conf = parsed.settings
     cpu = detect_cpu_budget(
@@ -248,8 +222,6 @@ def resolve(
 
 def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:
     """The environment the command runs with: `env` plus what the plan sets."""
-    from entrypoint.hook import encode_plan  # noqa: PLC0415 - only at hand-off
-
     child = dict(env)
     intra, inter = str(plan.intra_op.value), str(plan.inter_op.value)
     # TensorFlow's own variables size the pools natively; Rasa's names carry
@@ -267,13 +239,14 @@ def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:
 
 
 def hook_plan(plan: Plan) -> HookPlan:
-    from entrypoint.hook import HookPlan  # noqa: PLC0415 - only at hand-off
-
+    """What crosses the exec (see tf_entrypoint.handoff)."""
     return HookPlan(
         intra_op_threads=plan.intra_op.value,
         inter_op_threads=plan.inter_op.value,
         allow_growth=plan.allow_growth,
-        memory_limits_mb=tuple((cap.index, cap.memory_mb) for cap in plan.applied_caps),
+        memory_limits_mb=tuple(sorted((cap.index, cap.memory_mb) for cap in plan.applied_caps)),
+        cpus=plan.cpu.cpus,
+        cpu_source=plan.cpu.source,
     )
 
 
@@ -286,3 +259,21 @@ def hook_plan_from_environment(env: Mapping[str, str]) -> HookPlan | None:
     """
     plan = resolve(env)
     return hook_plan(plan) if plan.ok else None
+
+
+def planned_cpus(env: Mapping[str, str]) -> tuple[int, str]:
+    """(CPU budget, its source): from TF_ENTRYPOINT_PLAN, else computed (the budget only).
+
+    For the model server, which runs after the entrypoint and needs this one number.
+    """
+    raw = env.get(PLAN_VARIABLE)
+    handed = decode_plan(raw) if raw else None
+    if isinstance(handed, HookPlan) and handed.cpus is not None:
+        return handed.cpus, handed.cpu_source
+    conf = s.parse_settings(env).settings
+    cpu = detect_cpu_budget(
+        rounding=conf.cpu_rounding,
+        override=conf.cpus_override,
+        limit_millicores=conf.cpu_limit_millicores,
+    )
+    return cpu.cpus, cpu.source

@@ -7,7 +7,7 @@ run. Both are plain data: modules return them, only the CLI prints them.
 
 from __future__ import annotations
 
-from entrypoint.frozen import frozen
+from tf_entrypoint.frozen import frozen
 
 #: Exit code when the configuration (environment variables) is invalid.
 #: 78 is EX_CONFIG from sysexits.h: "something was found in an unconfigured or

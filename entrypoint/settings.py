@@ -1,101 +1,44 @@
-"""The user's settings: the environment variables tf-entrypoint reads, parsed.
+"""The variables tf-entrypoint reads: one table (name, parser, default, doc), parsed at once.
 
-:func:`parse_settings` turns an environment mapping into a :class:`ParsedSettings`
-without any I/O and without ever raising: every invalid value becomes a
-:class:`~entrypoint.problems.Problem` (all of them at once, in the order of
-:data:`VARIABLES`), and the :class:`Settings` it returns are always usable,
-with each invalid variable replaced by its default.
+:func:`parse_settings` never raises: every invalid value is a Problem (all of
+them, in table order) and the Settings are always usable (an invalid variable
+gives its default). README: "Environment variables". Beyond its rules:
 
-Decisions where the spec was silent (a demanding user's view):
-
-* Whitespace: only ASCII whitespace (space, tab, CR, LF, VT, FF) around a value
-  is ignored. A no-break space pasted from a web page is reported, not
-  silently dropped; ``repr`` in the message shows it as ``'\\xa0'``.
-* Empty means "not set" for every variable, including the thread counts: an
-  empty ``TF_NUM_INTRAOP_THREADS`` (``ENV TF_NUM_INTRAOP_THREADS=`` in a base
-  image, ``${VAR:-}`` in a compose file) never conflicts with its alias. An
-  explicit ``0`` does take part: it is "automatic", which differs from ``4``.
-* Thread aliases: a variable whose value is invalid is reported and then
-  ignored, so its alias, if valid, still gives the value; two valid but
-  different values are one Problem and the setting falls back to automatic
-  (neither is trusted). When both agree, :attr:`ThreadSetting.variable` is
-  Rasa's name.
-* Numbers are written with the ASCII digits 0-9 only, no sign, no ``_``, no
-  exponent; leading zeros are fine (``007`` is 7).
-* ``TF_GPU_MEMORY_ALLOC``: every faulty entry is reported (an entry can give
-  two Problems, e.g. ``-1:0``), and when there is any Problem the whole
-  variable falls back to unset: a partial set of limits is never applied.
-  MB is TensorFlow's unit for ``memory_limit`` (MiB, 2**20 bytes).
-* ``TF_ENTRYPOINT_CPUS`` accepts ``.5`` and ``2.``, not ``1.5m`` (Kubernetes
-  has no sub-millicore CPU) and nothing below one millicore, 0.001 CPUs.
-  ``1500M`` gets a hint (``M`` is mega), so do ``1,5`` and ``1e3``.
-* ``TF_ENTRYPOINT_CPU_LIMIT_MILLICORES`` rejects ``1500m`` with a hint (the
-  value is already in millicores) and caps at 4096 CPUs like
-  ``TF_ENTRYPOINT_CPUS``. Below 100 millicores is accepted with a Notice: it is
-  almost always the downward API without ``divisor: 1m``, which gives whole
-  CPUs rounded up (``2`` for a 1500m limit).
-* Notices: besides the one above, a Notice says that ``TF_ENTRYPOINT_CPUS``
-  wins when it and ``TF_ENTRYPOINT_CPU_LIMIT_MILLICORES`` are both valid.
-* Booleans and roundings are matched case-insensitively on ASCII only, so
-  look-alikes such as the Kelvin sign never match.
+* Only ASCII whitespace around a value is ignored; a no-break space is reported.
+* Empty means unset everywhere; an explicit thread count ``0`` is "automatic"
+  and takes part in the alias check (two valid but different values: one
+  Problem, automatic). ``ThreadSetting.variable`` is Rasa's name when both agree.
+* ``TF_GPU_MEMORY_ALLOC`` with any Problem is unset as a whole.
+* ``TF_ENTRYPOINT_CPUS`` takes ``.5`` and ``2.``, not ``1.5m`` or below 0.001;
+  ``1500M``, ``1,5`` and ``1e3`` get hints. ``TF_ENTRYPOINT_CPU_LIMIT_MILLICORES``
+  below 100 gets a Notice (the downward API without ``divisor: 1m``).
+* Words are matched case-insensitively on ASCII only (no Kelvin-sign look-alikes).
 """
 
 from __future__ import annotations
 
-from entrypoint.frozen import frozen
-from entrypoint.problems import Notice, Problem
+from tf_entrypoint.common import (
+    FALSE_WORDS,
+    ROUNDINGS,
+    TRUE_WORDS,
+    WHITESPACE,
+    Rounding,
+    digits_value,
+    is_blank,
+    is_digits,
+    strip,
+    word,
+)
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.problems import Notice, Problem
 
-# Importing `typing` costs a few ms and nothing else before the hand-off needs
-# it, so the Literal exists for type checkers only (mypy treats a module-level
-# TYPE_CHECKING like typing.TYPE_CHECKING); at run time Rounding is plain `str`
-# and ROUNDINGS lists its values.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Literal, TypeAlias, TypeVar
+    from typing import Any, TypeAlias
 
-    Rounding: TypeAlias = Literal["floor", "ceil", "nearest"]
     #: Where the TF_GPU_MEMORY_ALLOC helpers put the reason of each Problem.
     _ProblemSink: TypeAlias = Callable[[str], None]
-    _T = TypeVar("_T")
-else:
-    Rounding = str
-
-__all__ = [
-    "ALLOW_GROWTH",
-    "AUTOMATIC",
-    "CPUS",
-    "CPU_LIMIT_MILLICORES",
-    "CPU_ROUNDING",
-    "DEFAULT_ROUNDING",
-    "DEFAULT_SETTINGS",
-    "DOCS",
-    "GPU_MEMORY_ALLOC",
-    "INTER_OP",
-    "INTER_OP_ALIAS",
-    "INTRA_OP",
-    "INTRA_OP_ALIAS",
-    "MAX_CPUS",
-    "MAX_GPU_ID",
-    "MAX_GPU_MEMORY_MB",
-    "MAX_THREADS",
-    "QUIET",
-    "ROUNDINGS",
-    "VARIABLES",
-    "ParsedSettings",
-    "Rounding",
-    "Settings",
-    "ThreadSetting",
-    "VariableDoc",
-    "is_blank",
-    "parse_bool",
-    "parse_cpu_limit_millicores",
-    "parse_cpus",
-    "parse_gpu_memory_alloc",
-    "parse_rounding",
-    "parse_settings",
-    "parse_thread_count",
-]
 
 #: Upper bound for the thread-count variables. TensorFlow starts one OS thread
 #: per unit in each pool, and no pool benefits from more threads than logical
@@ -120,7 +63,6 @@ MAX_CPUS = 4096
 #: (likely the downward API without ``divisor: 1m``).
 _SUSPICIOUS_MILLICORES = 100
 
-ROUNDINGS: tuple[Rounding, ...] = ("floor", "ceil", "nearest")
 DEFAULT_ROUNDING: Rounding = "floor"
 
 INTRA_OP = "TF_INTRA_OP_PARALLELISM_THREADS"
@@ -149,94 +91,6 @@ EXPECTED_ROUNDING = "floor, ceil or nearest (any case; empty = floor)"
 EXPECTED_MILLICORES = (
     f"a whole number of millicores from 1 to {MAX_CPUS * 1000} ('1500' = 1.5 CPUs)"
 )
-
-
-@frozen
-class VariableDoc:
-    """One variable as --help and the README describe it."""
-
-    name: str
-    #: The accepted values, short.
-    accepted: str
-    #: What happens when the variable is unset or empty.
-    default: str
-    #: What it does, one or two sentences.
-    description: str
-
-
-#: Every variable this module reads, in the order problems are reported.
-DOCS: tuple[VariableDoc, ...] = (
-    VariableDoc(
-        INTRA_OP,
-        f"whole number 0-{MAX_THREADS}; 0 or empty = automatic",
-        "automatic",
-        "Threads TensorFlow uses inside one operation (e.g. a matrix multiply). "
-        "Automatic sizes the pool to the container's CPU budget.",
-    ),
-    VariableDoc(
-        INTRA_OP_ALIAS,
-        f"as {INTRA_OP}",
-        "automatic",
-        f"TensorFlow's own name for {INTRA_OP}. If both are set they must agree.",
-    ),
-    VariableDoc(
-        INTER_OP,
-        f"whole number 0-{MAX_THREADS}; 0 or empty = automatic",
-        "automatic",
-        "Threads TensorFlow uses to run independent operations at the same time. "
-        "Automatic sizes the pool to the container's CPU budget.",
-    ),
-    VariableDoc(
-        INTER_OP_ALIAS,
-        f"as {INTER_OP}",
-        "automatic",
-        f"TensorFlow's own name for {INTER_OP}. If both are set they must agree.",
-    ),
-    VariableDoc(
-        ALLOW_GROWTH,
-        "true/false, yes/no, on/off, 1/0 (any case)",
-        "unset (TensorFlow's default: reserve up front)",
-        "true: allocate GPU memory as it is needed instead of reserving nearly all "
-        "of it at start-up; false: reserve it up front.",
-    ),
-    VariableDoc(
-        GPU_MEMORY_ALLOC,
-        f"ID:MB[, ID:MB ...], e.g. 0:1024, 1:2048 (ID 0-{MAX_GPU_ID}, MB 1-{MAX_GPU_MEMORY_MB})",
-        "unset (no limit)",
-        "Limit the memory TensorFlow may use on each listed GPU, in MB (MiB). "
-        "ID is the TensorFlow GPU index (0 = first visible GPU); it must be visible.",
-    ),
-    VariableDoc(
-        CPUS,
-        f"decimal 0.001-{MAX_CPUS} (2, 1.5) or millicores (1500m)",
-        "detected",
-        "Override the CPU budget the thread pools are sized to, instead of "
-        "detecting it from the container's cgroup limits and CPU set.",
-    ),
-    VariableDoc(
-        CPU_ROUNDING,
-        "floor, ceil, nearest (any case)",
-        "floor",
-        "How a fractional CPU budget (e.g. 1.5) becomes a whole number of threads.",
-    ),
-    VariableDoc(
-        CPU_LIMIT_MILLICORES,
-        f"whole number 1-{MAX_CPUS * 1000}",
-        "unset",
-        "The CPU limit as the Kubernetes downward API gives it "
-        "(resourceFieldRef: {resource: limits.cpu, divisor: 1m}); "
-        f"a hint for the CPU budget. {CPUS} wins over it.",
-    ),
-    VariableDoc(
-        QUIET,
-        "true/false, yes/no, on/off, 1/0 (any case)",
-        "false",
-        "true: no summary line at hand-off. Warnings and configuration errors are still printed.",
-    ),
-)
-
-#: Every environment variable this module reads.
-VARIABLES: tuple[str, ...] = tuple(doc.name for doc in DOCS)
 
 
 @frozen
@@ -274,18 +128,6 @@ class Settings:
     quiet: bool
 
 
-DEFAULT_SETTINGS = Settings(
-    intra_op=AUTOMATIC,
-    inter_op=AUTOMATIC,
-    allow_growth=None,
-    gpu_memory_alloc=(),
-    cpus_override=None,
-    cpu_rounding=DEFAULT_ROUNDING,
-    cpu_limit_millicores=None,
-    quiet=False,
-)
-
-
 @frozen
 class ParsedSettings:
     """Settings plus what is wrong with the environment they came from."""
@@ -299,46 +141,17 @@ class ParsedSettings:
 
 # --- small text helpers -------------------------------------------------------
 
-_WHITESPACE = " \t\n\r\v\f"
-_DIGITS = frozenset("0123456789")
-#: Digit strings longer than this (after leading zeros) are not converted with
-#: int() (which refuses more than 4300 digits); they are above every bound here.
-_MAX_SIGNIFICANT_DIGITS = 18
-_HUGE: int = 10**_MAX_SIGNIFICANT_DIGITS
-
-
-def _strip(raw: str) -> str:
-    return raw.strip(_WHITESPACE)
-
-
-def is_blank(raw: str) -> bool:
-    """True for an empty value or one of ASCII whitespace only ("unset")."""
-    return not _strip(raw)
-
-
-def _is_digits(text: str) -> bool:
-    """Only ASCII 0-9, at least one (str.isdigit also accepts '١٢' and '²')."""
-    return bool(text) and all(c in _DIGITS for c in text)
-
-
-def _digits_value(text: str) -> int:
-    """The value of an ASCII digit string, capped at _HUGE (see above)."""
-    significant = text.lstrip("0")
-    if len(significant) > _MAX_SIGNIFICANT_DIGITS:
-        return _HUGE
-    return int(significant or "0")
-
 
 def _is_decimal(text: str) -> bool:
     """Digits with at most one '.', at least one digit: '2', '1.5', '.5', '2.'."""
     whole, _, fraction = text.partition(".")
     digits = whole + fraction
-    return bool(digits) and all(c in _DIGITS for c in digits)
+    return bool(digits) and is_digits(digits)
 
 
 def _odd_space_reason(text: str) -> str:
     """A reason for a value with non-ASCII whitespace in it, else ''."""
-    if any(c.isspace() and c not in _WHITESPACE for c in text):
+    if any(c.isspace() and c not in WHITESPACE for c in text):
         return "contains a non-ASCII space such as a no-break space"
     return ""
 
@@ -363,26 +176,24 @@ def parse_bool(variable: str, raw: str) -> bool | Problem:
     here (reason "empty"): what empty means differs per variable, so callers
     check :func:`is_blank` first.
     """
-    text = _strip(raw)
+    text = strip(raw)
     if not text:
         return Problem(variable, raw, EXPECTED_BOOL, "empty")
-    if text.isascii():
-        word = text.lower()
-        if word in ("true", "1", "yes", "on"):
-            return True
-        if word in ("false", "0", "no", "off"):
-            return False
+    if word(text) in TRUE_WORDS:
+        return True
+    if word(text) in FALSE_WORDS:
+        return False
     return Problem(variable, raw, EXPECTED_BOOL, _odd_space_reason(text))
 
 
 def parse_thread_count(variable: str, raw: str) -> int | Problem | None:
     """Parse a thread count: None = automatic (empty, whitespace or 0)."""
-    text = _strip(raw)
+    text = strip(raw)
     if not text:
         return None
-    if not _is_digits(text):
+    if not is_digits(text):
         return Problem(variable, raw, EXPECTED_THREADS, _not_whole_reason(text))
-    value = _digits_value(text)
+    value = digits_value(text)
     if value > MAX_THREADS:
         return Problem(variable, raw, EXPECTED_THREADS, f"more than {MAX_THREADS}")
     return value or None
@@ -390,14 +201,12 @@ def parse_thread_count(variable: str, raw: str) -> int | Problem | None:
 
 def parse_rounding(variable: str, raw: str) -> Rounding | Problem:
     """Parse floor | ceil | nearest, any case; empty = floor."""
-    text = _strip(raw)
+    text = strip(raw)
     if not text:
         return DEFAULT_ROUNDING
-    if text.isascii():
-        word = text.lower()
-        for rounding in ROUNDINGS:
-            if word == rounding:
-                return rounding
+    for rounding in ROUNDINGS:
+        if word(text) == rounding:
+            return rounding
     return Problem(variable, raw, EXPECTED_ROUNDING, _odd_space_reason(text))
 
 
@@ -407,7 +216,7 @@ def parse_cpus(variable: str, raw: str) -> float | Problem | None:
     None when empty. No sign, exponent, nan/inf, or decimal comma; at least one
     millicore (0.001) and at most MAX_CPUS, compared exactly on the digits.
     """
-    text = _strip(raw)
+    text = strip(raw)
     if not text:
         return None
     reason = _cpus_syntax_reason(text)
@@ -415,10 +224,10 @@ def parse_cpus(variable: str, raw: str) -> float | Problem | None:
         millicores = text.endswith("m")
         number = text[:-1] if millicores else text
         if millicores:
-            thousandths, remainder = _digits_value(number), False
+            thousandths, remainder = digits_value(number), False
         else:
             whole, _, fraction = number.partition(".")
-            thousandths = _digits_value(whole or "0") * 1000 + int(fraction[:3].ljust(3, "0"))
+            thousandths = digits_value(whole or "0") * 1000 + int(fraction[:3].ljust(3, "0"))
             remainder = any(c != "0" for c in fraction[3:])
         if thousandths == 0:
             reason = "less than one millicore, 0.001" if remainder else "zero"
@@ -437,7 +246,7 @@ def _cpus_syntax_reason(text: str) -> str | None:
     number = body[:-1] if suffix in ("m", "M") else body
     if suffix == "M" and _is_decimal(number):
         return "'M' means mega in Kubernetes quantities; millicores take a lowercase 'm'"
-    if suffix == "m" and _is_decimal(number) and not _is_digits(number):
+    if suffix == "m" and _is_decimal(number) and not is_digits(number):
         return "millicores must be a whole number"
     if not _is_decimal(number):
         return _cpus_format_reason(body)
@@ -451,7 +260,7 @@ def _cpus_format_reason(body: str) -> str:
         if lowered in ("nan", "inf", "infinity"):
             return "not a finite number"
         mantissa, e, exponent = lowered.partition("e")
-        if e and _is_decimal(mantissa) and _is_digits(exponent.lstrip("+-")):
+        if e and _is_decimal(mantissa) and is_digits(exponent.lstrip("+-")):
             return "exponent notation is not accepted"
         if body.count(",") == 1 and _is_decimal(body.replace(",", ".")):
             return "use '.' as the decimal point"
@@ -460,18 +269,18 @@ def _cpus_format_reason(body: str) -> str:
 
 def parse_cpu_limit_millicores(variable: str, raw: str) -> int | Problem | None:
     """Parse a positive whole number of millicores; None when empty."""
-    text = _strip(raw)
+    text = strip(raw)
     if not text:
         return None
 
     def problem(reason: str) -> Problem:
         return Problem(variable, raw, EXPECTED_MILLICORES, reason)
 
-    if text.endswith("m") and _is_digits(text[:-1]):
+    if text.endswith("m") and is_digits(text[:-1]):
         return problem("the value is already in millicores: drop the 'm'")
-    if not _is_digits(text):
+    if not is_digits(text):
         return problem(_not_whole_reason(text))
-    value = _digits_value(text)
+    value = digits_value(text)
     if value == 0:
         return problem("zero")
     if value > MAX_CPUS * 1000:
@@ -491,7 +300,7 @@ def parse_gpu_memory_alloc(
     if is_blank(raw):
         return (), ()
     reasons: list[str] = []
-    entries = [_strip(entry) for entry in raw.split(",")]
+    entries = [strip(entry) for entry in raw.split(",")]
     pairs: list[tuple[int, int]] = []
     first_entry: dict[int, str] = {}
     for index, entry in enumerate(entries):
@@ -530,7 +339,7 @@ def _parse_alloc_entry(entry: str, problem: _ProblemSink) -> tuple[int | None, i
             else f"entry {entry!r} has more than one ':'; separate entries with ','"
         )
         return None, None
-    id_text, _, mb_text = (_strip(part) for part in entry.partition(":"))
+    id_text, _, mb_text = (strip(part) for part in entry.partition(":"))
     gpu = _parse_entry_number(id_text, entry, "GPU id", problem)
     if gpu is not None and gpu > MAX_GPU_ID:
         problem(f"GPU id {id_text} in entry {entry!r} is more than {MAX_GPU_ID}")
@@ -551,109 +360,247 @@ def _parse_entry_number(text: str, entry: str, what: str, problem: _ProblemSink)
         where = "before" if what == "GPU id" else "after"
         problem(f"entry {entry!r} has no {what} {where} ':'")
         return None
-    if _is_digits(text):
-        return _digits_value(text)
+    if is_digits(text):
+        return digits_value(text)
     reason = _not_whole_reason(text, f"{what} {text!r} in entry {entry!r}")
-    if what == "MB" and text[:1] in _DIGITS and text[-1:].isalpha():
+    if what == "MB" and is_digits(text[:1]) and text[-1:].isalpha():
         reason += "; write the number of MB without a unit"
     problem(reason)
     return None
+
+
+# --- the table ------------------------------------------------------------------
+
+
+@frozen
+class Variable:
+    """One variable: how it is read and how --help, explain and the README describe it."""
+
+    name: str
+    #: The accepted values, short (Markdown: `code` in backticks).
+    accepted: str
+    #: What happens when it is unset or empty.
+    default: str
+    #: What it does, one or two sentences (Markdown).
+    doc: str
+    #: (variable, raw) -> the value, a Problem or a list of Problems, for a
+    #: value that is not blank. None: read elsewhere (the hook, TF_CONFIG's check).
+    parse: Callable[[str, str], Any] | None = None
+    #: The value when unset, blank or invalid.
+    fallback: Any = None
+
+
+#: What a thread variable holds when it gives no value (unset, blank or invalid).
+_NO_VALUE = object()
+_THREADS_ACCEPTED = f"whole number 0-{MAX_THREADS}; 0 or empty = automatic"
+_BOOL_ACCEPTED = "true/false, yes/no, on/off, 1/0 (any case)"
+
+
+def _alloc(variable: str, raw: str) -> tuple[tuple[int, int], ...] | list[Problem]:
+    pairs, problems = parse_gpu_memory_alloc(variable, raw)
+    return list(problems) if problems else pairs
+
+
+#: Every variable a user sets, in the order problems are reported. The README's
+#: table is this table (tests/unit/test_readme.py).
+TABLE: tuple[Variable, ...] = (
+    Variable(
+        INTRA_OP,
+        _THREADS_ACCEPTED,
+        "automatic",
+        "Threads TensorFlow uses inside one operation (e.g. a matrix multiply). "
+        "Automatic sizes the pool to the container's CPU budget.",
+        parse_thread_count,
+        _NO_VALUE,
+    ),
+    Variable(
+        INTRA_OP_ALIAS,
+        f"as `{INTRA_OP}`",
+        "automatic",
+        f"TensorFlow's own name for `{INTRA_OP}`. If both are set they must agree.",
+        parse_thread_count,
+        _NO_VALUE,
+    ),
+    Variable(
+        INTER_OP,
+        _THREADS_ACCEPTED,
+        "automatic",
+        "Threads TensorFlow uses to run independent operations at the same time. "
+        "Automatic sizes the pool to the container's CPU budget.",
+        parse_thread_count,
+        _NO_VALUE,
+    ),
+    Variable(
+        INTER_OP_ALIAS,
+        f"as `{INTER_OP}`",
+        "automatic",
+        f"TensorFlow's own name for `{INTER_OP}`. If both are set they must agree.",
+        parse_thread_count,
+        _NO_VALUE,
+    ),
+    Variable(
+        ALLOW_GROWTH,
+        _BOOL_ACCEPTED,
+        "unset (TensorFlow's default: reserve up front)",
+        "true: allocate GPU memory as it is needed instead of reserving nearly all "
+        "of it at start-up; false: reserve it up front.",
+        parse_bool,
+    ),
+    Variable(
+        GPU_MEMORY_ALLOC,
+        f"`ID:MB[, ID:MB ...]`, e.g. `0:1024, 1:2048` (ID 0-{MAX_GPU_ID}, "
+        f"MB 1-{MAX_GPU_MEMORY_MB})",
+        "unset (no limit)",
+        "Limit the memory TensorFlow may use on each listed GPU, in MB (MiB). "
+        "ID is the TensorFlow GPU index (0 = first visible GPU); it must be visible.",
+        _alloc,
+        (),
+    ),
+    Variable(
+        CPUS,
+        f"decimal 0.001-{MAX_CPUS} (`2`, `1.5`) or millicores (`1500m`)",
+        "detected",
+        "Override the CPU budget the thread pools are sized to, instead of "
+        "detecting it from the container's cgroup limits and CPU set.",
+        parse_cpus,
+    ),
+    Variable(
+        CPU_ROUNDING,
+        "floor, ceil, nearest (any case)",
+        "floor",
+        "How a fractional CPU budget (e.g. 1.5) becomes a whole number of threads.",
+        parse_rounding,
+        DEFAULT_ROUNDING,
+    ),
+    Variable(
+        CPU_LIMIT_MILLICORES,
+        f"whole number 1-{MAX_CPUS * 1000}",
+        "unset",
+        "The CPU limit as the Kubernetes downward API gives it "
+        "(`resourceFieldRef: {resource: limits.cpu, divisor: 1m}`); "
+        f"a hint for the CPU budget. `{CPUS}` wins over it.",
+        parse_cpu_limit_millicores,
+    ),
+    Variable(
+        QUIET,
+        _BOOL_ACCEPTED,
+        "false",
+        "true: no summary line at hand-off. Warnings and configuration errors are still printed.",
+        parse_bool,
+        False,
+    ),
+    Variable(
+        "TF_CONFIG",
+        'JSON: `{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+        '"index": 0}}`',
+        "unset (not distributed)",
+        "The multi-worker cluster and this process's task, as Kubeflow's TFJob sets it for "
+        "`MultiWorkerMirroredStrategy`. Checked before the command starts (JSON; the task's "
+        "job is in the cluster, except `evaluator`; the index is in range; addresses are "
+        "`host:port`; at most one chief and one evaluator), then passed on unchanged. Set but "
+        "empty: a warning (TensorFlow cannot read it).",
+    ),
+    Variable(
+        "TF_ENTRYPOINT_HOOK",
+        "off/false/0/no to disable",
+        "on",
+        "The in-process hook (see [What is applied where](#what-is-applied-where)). Read by "
+        "the hook in every Python process; an unknown value keeps it on, with one warning "
+        "when TensorFlow is imported.",
+    ),
+    Variable(
+        "TF_ENTRYPOINT_HOOK_VERBOSE",
+        "true/1/yes/on",
+        "off",
+        "The hook prints one line saying what it applied.",
+    ),
+)
+
+#: The variables parse_settings reads, in table order.
+VARIABLES: tuple[str, ...] = tuple(v.name for v in TABLE if v.parse is not None)
+
+
+def plain(text: str) -> str:
+    """A table cell for a terminal: no backticks, links as their text."""
+    text = text.replace("`", "")
+    while "](#" in text:
+        start, middle = text.index("["), text.index("](#")
+        end = text.index(")", middle)
+        text = text[:start] + text[start + 1 : middle] + text[end + 1 :]
+    return text
 
 
 # --- everything ---------------------------------------------------------------
 
 
 def _thread_setting(
-    env: Mapping[str, str], name: str, alias: str, problems: list[Problem]
-) -> ThreadSetting:
-    """One pool from Rasa's name and TensorFlow's alias (see module docstring)."""
-    valid: list[tuple[str, str, int | None]] = []
-    for variable in (name, alias):
-        raw = env.get(variable)
-        if raw is None or is_blank(raw):
-            continue
-        parsed = parse_thread_count(variable, raw)
-        if isinstance(parsed, Problem):
-            problems.append(parsed)
-        else:
-            valid.append((variable, raw, parsed))
+    env: Mapping[str, str], values: dict[str, Any], name: str, alias: str
+) -> tuple[ThreadSetting, Problem | None]:
+    """One pool from Rasa's name and TensorFlow's alias: the setting, and a conflict."""
+    valid = [(v, env[v], values[v]) for v in (name, alias) if values[v] is not _NO_VALUE]
     if not valid:
-        return AUTOMATIC
+        return AUTOMATIC, None
     (variable, raw, value), *others = valid
     for other_variable, other_raw, other_value in others:
         if other_value != value:
-            problems.append(
-                Problem(
-                    variable,
-                    raw,
-                    "the same number of threads in both (they are aliases), "
-                    "or only one of them set",
-                    f"conflicts with {other_variable}={other_raw!r}",
-                )
+            conflict = Problem(
+                variable,
+                raw,
+                "the same number of threads in both (they are aliases), or only one of them set",
+                f"conflicts with {other_variable}={other_raw!r}",
             )
-            return AUTOMATIC
-    return ThreadSetting(value, variable)
-
-
-def _parse_one(
-    env: Mapping[str, str],
-    variable: str,
-    parse: Callable[[str, str], _T | Problem],
-    default: _T,
-    problems: list[Problem],
-) -> _T:
-    """``parse`` the variable unless unset or blank; its default after a Problem."""
-    raw = env.get(variable)
-    if raw is None or is_blank(raw):
-        return default
-    parsed = parse(variable, raw)
-    if isinstance(parsed, Problem):
-        problems.append(parsed)
-        return default
-    return parsed
+            return AUTOMATIC, conflict
+    return ThreadSetting(value, variable), None
 
 
 def parse_settings(env: Mapping[str, str]) -> ParsedSettings:
     """Read every variable in VARIABLES from ``env``; never raises."""
     problems: list[Problem] = []
+    values: dict[str, Any] = {}
+    threads: dict[str, ThreadSetting] = {}
+    for variable in TABLE:
+        if variable.parse is None:
+            continue
+        name = variable.name
+        raw = env.get(name)
+        values[name] = variable.fallback
+        if raw is not None and not is_blank(raw):
+            parsed = variable.parse(name, raw)
+            if isinstance(parsed, Problem):
+                problems.append(parsed)
+            elif isinstance(parsed, list):
+                problems.extend(parsed)
+            else:
+                values[name] = parsed
+        if name in (INTRA_OP_ALIAS, INTER_OP_ALIAS):
+            rasa = INTRA_OP if name == INTRA_OP_ALIAS else INTER_OP
+            threads[rasa], conflict = _thread_setting(env, values, rasa, name)
+            problems.extend([conflict] if conflict else [])
+
+    millicores = values[CPU_LIMIT_MILLICORES]
     notices: list[Notice] = []
-
-    intra_op = _thread_setting(env, INTRA_OP, INTRA_OP_ALIAS, problems)
-    inter_op = _thread_setting(env, INTER_OP, INTER_OP_ALIAS, problems)
-    allow_growth = _parse_one(env, ALLOW_GROWTH, parse_bool, None, problems)
-    gpu_memory_alloc: tuple[tuple[int, int], ...] = ()
-    if (raw := env.get(GPU_MEMORY_ALLOC)) is not None:
-        gpu_memory_alloc, alloc_problems = parse_gpu_memory_alloc(GPU_MEMORY_ALLOC, raw)
-        problems.extend(alloc_problems)
-    cpus_override = _parse_one(env, CPUS, parse_cpus, None, problems)
-    cpu_rounding = _parse_one(env, CPU_ROUNDING, parse_rounding, DEFAULT_ROUNDING, problems)
-    cpu_limit_millicores = _parse_one(
-        env, CPU_LIMIT_MILLICORES, parse_cpu_limit_millicores, None, problems
-    )
-    quiet = _parse_one(env, QUIET, parse_bool, False, problems)
-
-    if cpu_limit_millicores is not None and cpu_limit_millicores < _SUSPICIOUS_MILLICORES:
+    if millicores is not None and millicores < _SUSPICIOUS_MILLICORES:
         notices.append(
             Notice(
                 CPU_LIMIT_MILLICORES,
-                f"{cpu_limit_millicores} millicores is only {cpu_limit_millicores / 1000:g} "
+                f"{millicores} millicores is only {millicores / 1000:g} "
                 "CPUs; if it comes from the Kubernetes downward API, set divisor: 1m on its "
                 "resourceFieldRef (without it Kubernetes gives whole CPUs, rounded up)",
             )
         )
-    if cpus_override is not None and cpu_limit_millicores is not None:
+    if values[CPUS] is not None and millicores is not None:
         notices.append(
             Notice(CPUS, f"overrides {CPU_LIMIT_MILLICORES}={env[CPU_LIMIT_MILLICORES]!r}")
         )
 
     settings = Settings(
-        intra_op=intra_op,
-        inter_op=inter_op,
-        allow_growth=allow_growth,
-        gpu_memory_alloc=gpu_memory_alloc,
-        cpus_override=cpus_override,
-        cpu_rounding=cpu_rounding,
-        cpu_limit_millicores=cpu_limit_millicores,
-        quiet=quiet,
+        intra_op=threads[INTRA_OP],
+        inter_op=threads[INTER_OP],
+        allow_growth=values[ALLOW_GROWTH],
+        gpu_memory_alloc=values[GPU_MEMORY_ALLOC],
+        cpus_override=values[CPUS],
+        cpu_rounding=values[CPU_ROUNDING],
+        cpu_limit_millicores=millicores,
+        quiet=values[QUIET],
     )
     return ParsedSettings(settings, tuple(problems), tuple(notices))

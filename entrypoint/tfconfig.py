@@ -1,20 +1,10 @@
-"""TF_CONFIG: the cluster and task of a multi-worker TensorFlow run, checked.
+"""TF_CONFIG checked before the command starts, as TensorFlow will read it; never changed.
 
-Kubeflow's TFJob, Vertex AI, SageMaker and hand-written compose files set
-``TF_CONFIG`` to JSON such as::
-
-    {"cluster": {"worker": ["w0:2222", "w1:2222"]}, "task": {"type": "worker", "index": 0}}
-
-TensorFlow reads it only when a strategy is created (``MultiWorkerMirroredStrategy``
-via ``TFConfigClusterResolver``), often minutes into a job, and reports mistakes
-as a bare ``JSONDecodeError``, a ``ValueError`` from deep inside the strategy,
-or a worker that silently trains alone. :func:`check_tf_config` finds them
-before the command starts, every one at once, with the same rules as the other
-variables (see :mod:`entrypoint.problems`). The value itself is never changed:
-the command receives TF_CONFIG exactly as it was given.
-
-Pure and stdlib-only; ``json`` is imported only when TF_CONFIG is set. Never
-raises, whatever the string.
+TensorFlow reads it only when a strategy is created, often minutes into a
+job, and reports mistakes as a bare ``JSONDecodeError`` or a worker that
+silently trains alone. :func:`check_tf_config` reports every mistake at once
+and never raises; ``json`` is imported only when TF_CONFIG is set. README:
+"Environment variables" (TF_CONFIG) and "Kubernetes" (multi-worker training).
 
 What is checked, and TensorFlow's source for each rule (TF 2.21,
 ``tensorflow/python/distribute``):
@@ -61,9 +51,9 @@ command, which may not be TensorFlow at all.
 
 from __future__ import annotations
 
-from entrypoint.frozen import frozen
-from entrypoint.problems import Notice, Problem
-from entrypoint.settings import is_blank
+from tf_entrypoint.common import digits_value, is_blank, is_digits
+from tf_entrypoint.frozen import frozen
+from tf_entrypoint.problems import Notice, Problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time
@@ -72,14 +62,6 @@ if TYPE_CHECKING:  # annotations only: typing costs start-up time
 
     #: Each job's task indexes, in order; None for a job whose tasks are unusable.
     _Jobs: TypeAlias = dict[str, list[int] | None]
-
-__all__ = [
-    "EXPECTED_TF_CONFIG",
-    "TF_CONFIG",
-    "TfConfigProblem",
-    "check_tf_config",
-    "tf_config_notices",
-]
 
 TF_CONFIG = "TF_CONFIG"
 
@@ -100,12 +82,7 @@ _SHOWN_VALUE_CHARS = 200
 #: Parts of the value quoted inside a reason are cut to this many characters.
 _SHOWN_PART_CHARS = 60
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_DIGITS = frozenset("0123456789")
-_JOB_NAME_CHARS = _ASCII_LETTERS | _DIGITS | {"_"}
-#: Digit strings longer than this are not given to int() (it refuses more than
-#: 4300 digits); they are out of every range anyway.
-_MAX_INDEX_DIGITS = 18
-_HUGE_INDEX: int = 10**_MAX_INDEX_DIGITS
+_JOB_NAME_CHARS = _ASCII_LETTERS | frozenset("0123456789_")
 
 
 @frozen
@@ -269,11 +246,11 @@ def _check_job(name: str, tasks: object, problem: Callable[[str], None]) -> list
         usable = True  # every key is a task index: the task's index can be looked up
         for key, address in tasks.items():
             text = str(key)
-            if not _is_digits(text):
+            if not is_digits(text):
                 problem(f"{where} has the key {_shown(text)}, not a task index (digits 0-9)")
                 usable = False
                 continue
-            index = _digits_value(text)
+            index = digits_value(text)
             if index in indexes:
                 problem(f"{where} gives task {index} twice: keys {indexes[index]!r} and {text!r}")
                 usable = False
@@ -308,7 +285,7 @@ def _check_address(where: str, address: object, problem: Callable[[str], None]) 
         problem(f"{where} {shown} has no host before ':'")
     elif "/" in host:
         problem(f"{where} {shown} has a '/' in its host; write host:port, not a URL")
-    elif not _is_digits(port) or _digits_value(port) > _MAX_PORT:
+    elif not is_digits(port) or digits_value(port) > _MAX_PORT:
         problem(f"{where} {shown} has the port {_shown(port)}, not a number from 0 to {_MAX_PORT}")
 
 
@@ -393,11 +370,11 @@ def _index_value(index: object) -> int | str:
 
 def _index_text_value(index: str) -> int | str:
     """A task index given as a string ("1": TensorFlow's int() reads it), or why not."""
-    if index.startswith("-") and _is_digits(index[1:]):
+    if index.startswith("-") and is_digits(index[1:]):
         return f"task.index {_shown(index)} is negative"
-    if not _is_digits(index):
+    if not is_digits(index):
         return f"task.index {_shown(index)} is not a whole number written with digits 0-9"
-    return _digits_value(index)
+    return digits_value(index)
 
 
 # --- helpers -----------------------------------------------------------------------
@@ -405,17 +382,6 @@ def _index_text_value(index: str) -> int | str:
 
 def _is_job_name(name: str) -> bool:
     return bool(name) and name[0] in _ASCII_LETTERS and all(c in _JOB_NAME_CHARS for c in name)
-
-
-def _is_digits(text: str) -> bool:
-    return bool(text) and all(c in _DIGITS for c in text)
-
-
-def _digits_value(text: str) -> int:
-    significant = text.lstrip("0")
-    if len(significant) > _MAX_INDEX_DIGITS:
-        return _HUGE_INDEX
-    return int(significant or "0")
 
 
 def _job(name: str) -> str:

@@ -1,59 +1,20 @@
-"""Flags for TensorFlow Serving's binary, which reads no Python and few variables.
+"""Flags for ``tensorflow_model_server``, which runs no Python: the plan as command-line flags.
 
-``tensorflow_model_server`` is C++: the in-process hook never runs there, and
-its own defaults are quota-blind (``--rest_api_num_threads`` is 4 x the CPUs
-in the affinity mask, the session pools one thread per such CPU). When the
-command handed off to is that binary, :func:`serving_argv` appends the plan as
-command-line flags, each only when the user did not pass it:
-
-* ``--tensorflow_intra_op_parallelism=N`` / ``--tensorflow_inter_op_parallelism=N``
-  (the plan's thread counts). Not added when the user passed
-  ``--tensorflow_session_parallelism`` (TF Serving refuses to start when that
-  and both per-pool flags are > 0), ``--tensorflow_session_config_file`` (the
-  user's ConfigProto; the flags would override its thread counts) or
-  ``--platform_config_file`` (TF Serving then ignores the flags).
-* ``--rest_api_num_threads=M`` with M = 4 x the CPU budget: TF Serving's own
-  formula (4 x ``port::NumSchedulableCPUs()``, which honours a cpuset) applied
-  to the real budget, so a CFS quota of N CPUs gets what a cpuset of N CPUs
-  already gets, and a container without a limit gets exactly TF Serving's
-  default. The REST threads parse and serialise JSON and then block while the
-  session runs on the intra/inter pools, so a few per CPU keep the CPUs busy;
-  4 x host CPUs under a small quota (256 threads under ``--cpus=2`` on a
-  64-core node) only adds contention and memory.
-* ``--per_process_gpu_memory_fraction=F`` when a fraction is given (see
-  :func:`gpu_memory_fraction`); not added with a session or platform config
-  file either.
-
-TF Serving parses flags with ``tensorflow::Flags``, which accepts only
-``--name=value``. A user's ``--name value`` (which TF Serving would reject)
-and ``-name``/``-name=value`` still count as "passed": we never add a second
-copy of a flag the user wrote in any form. Appending at the end keeps the
-user's arguments in order.
-
-Pure functions: no I/O, stdlib only.
+Appended only when the user did not pass the flag in any form (``--a=1``,
+``--a 1``, ``-a``); not the session flags when the user owns the session
+configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs applied
+to the budget. Pure. README: "What is applied where" (TF Serving's flags).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
-from entrypoint.frozen import frozen
+from tf_entrypoint.frozen import frozen
 
-__all__ = [
-    "GPU_FRACTION_FLAG",
-    "INTER_OP_FLAG",
-    "INTRA_OP_FLAG",
-    "REST_THREADS_FLAG",
-    "SERVER",
-    "GpuMemoryFraction",
-    "format_fraction",
-    "gpu_memory_fraction",
-    "is_model_server",
-    "rest_api_threads",
-    "serving_argv",
-    "user_flags",
-]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 SERVER = "tensorflow_model_server"
 INTRA_OP_FLAG = "tensorflow_intra_op_parallelism"
@@ -86,8 +47,6 @@ def user_flags(args: Sequence[str]) -> frozenset[str]:
 
 def rest_api_threads(cpus: int) -> int:
     """--rest_api_num_threads for a CPU budget: TF Serving's 4 x CPUs, on the budget."""
-    if cpus < 1:
-        raise ValueError(f"the CPU budget must be at least 1, got {cpus}")
     return REST_THREADS_PER_CPU * cpus
 
 
@@ -95,15 +54,12 @@ def format_fraction(fraction: float) -> str:
     """A fraction in (0, 1] as TF Serving's float flag, rounded down to 6 decimals.
 
     Rounded down so that fraction x GPU memory never exceeds the cap it came
-    from; never 0, which TF Serving reads as "no limit".
+    from (gpu_memory_fraction never gives less than 1e-6, which would be 0:
+    "no limit").
     """
-    if not 0 < fraction <= 1:
-        raise ValueError(f"a GPU memory fraction must be in (0, 1], got {fraction!r}")
     micro = round(fraction * _FRACTION_SCALE)
     if micro / _FRACTION_SCALE > fraction:
         micro -= 1
-    if micro < 1:
-        raise ValueError(f"GPU memory fraction {fraction!r} is below 1e-6")
     whole, part = divmod(micro, _FRACTION_SCALE)
     return f"{whole}.{part:06d}".rstrip("0") if part else f"{whole}.0"
 
@@ -131,8 +87,6 @@ def serving_argv(
     if not session_owned:
         for flag, value in ((INTRA_OP_FLAG, intra), (INTER_OP_FLAG, inter)):
             if value is not None:
-                if value < 1:
-                    raise ValueError(f"--{flag} must be at least 1, got {value}")
                 wanted.append((flag, str(value)))
     wanted.append((REST_THREADS_FLAG, str(rest_api_threads(cpus))))
     if gpu_fraction is not None and not session_owned:

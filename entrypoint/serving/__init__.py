@@ -1,6 +1,6 @@
-"""A TensorFlow Serving-compatible REST server for one SavedModel.
+"""A TensorFlow Serving-compatible REST server for SavedModels.
 
-    python -m entrypoint.serving [--port N] [--host H] [--model-name NAME]
+    python -m tf_entrypoint.serving [--port N] [--host H] [--model-name NAME]
                                  [--model-base-path PATH] ...
 
 (`tf-entrypoint serve` plans the container's thread pools, then runs this.)
@@ -10,12 +10,16 @@ Modules, from the outside in:
 * :mod:`.server`: command line, logging, uvicorn, signals, exit codes.
 * :mod:`.app`: the Starlette application: routes, body limit, worker pool,
   metrics, health endpoints.
-* :mod:`.service`: the model's lifecycle and the request handlers, written
-  against a :class:`~.service.Servable` protocol so they run without TensorFlow.
+* :mod:`.service`: the request handlers (status, metadata, predict).
+* :mod:`.lifecycle`: the models and their versions: load, swap, unload,
+  labels, status; written against a :class:`~.lifecycle.Servable` protocol
+  so it runs without TensorFlow.
+* :mod:`.model_config`: which models to serve (TF Serving's model config
+  file, or the flags) and the version policies.
 * :mod:`.protocol`: TF Serving's JSON protocol (parsing, validation, response
   shapes, error messages), pure Python.
-* :mod:`.repository`: the on-disk model layout, pure Python.
-* :mod:`.model`: the only module that imports TensorFlow.
+* :mod:`.repository`: the on-disk model layout (versions, their identity).
+* :mod:`.model`: the only module that imports TensorFlow (and warm-up).
 * :mod:`.config`: settings and the sizing of the worker pool from the CPU budget.
 
 Nothing outside this package imports it: it pulls in TensorFlow, Starlette

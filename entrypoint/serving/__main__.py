@@ -1,7 +1,7 @@
-"""`python -m entrypoint.serving`: serve a SavedModel (see entrypoint.serving.server)."""
+"""`python -m tf_entrypoint.serving`: serve a SavedModel (see tf_entrypoint.serving.server)."""
 
 import sys
 
-from entrypoint.serving.server import main
+from tf_entrypoint.serving.server import main
 
 sys.exit(main())

@@ -26,21 +26,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving import repository
-from entrypoint.serving.config import ServeConfig
-from entrypoint.serving.metrics import Metrics
-from entrypoint.serving.service import Answer, ModelHolder, Servable, answer, error_answer
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving import service
+from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.model_config import read_model_config
+from tf_entrypoint.serving.service import Answer, answer, error_answer
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
-#: Loads one version directory; the default imports TensorFlow.
-Loader = Callable[[Path, int], Servable]
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def tensorflow_loader(directory: Path, version: int) -> Servable:
-    from entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
+    from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
     return model.load(directory, version)
 
@@ -102,56 +102,32 @@ class InferencePool:
 @dataclass
 class ServingState:
     config: ServeConfig
-    holder: ModelHolder
+    manager: Manager
     metrics: Metrics
     pool: InferencePool
-    loader: Loader
     #: Called (from any thread) when the server cannot go on: no model, load failed.
     on_fatal: Callable[[str], None]
     draining: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def load_model(self) -> None:
-        """Wait for a version on disk, load it, make it available. Runs in a thread."""
-        config, holder = self.config, self.holder
-        where = config.model_base_path / config.model_name
-        version = repository.wait_for_version(
-            config.model_base_path,
-            config.model_name,
-            config.wait_for_model,
-            stop=self.stop.is_set,
+    def manage_models(self) -> None:
+        """The manager thread: first loads, then new versions and config changes."""
+        config = self.config
+        path = config.models.path
+        self.manager.run(
+            wait=config.wait_for_model,
+            file_system_poll=config.file_system_poll_wait,
+            config_poll=config.model_config_file_poll_wait,
+            reload=None if path is None else functools.partial(read_model_config, path),
+            stop=self.stop,
+            on_fatal=self.on_fatal,
         )
-        if self.stop.is_set():
-            return
-        if version is None:
-            message = (
-                f"no version of model {config.model_name!r} appeared in {where} within "
-                f"{config.wait_for_model:g} s (expected {where}/<version>/saved_model.pb)"
-            )
-            holder.failed(message)
-            self.on_fatal(message)
-            return
-        holder.loading(version)
-        directory = repository.version_dir(config.model_base_path, config.model_name, version)
-        log.info("loading model %r version %d from %s", config.model_name, version, directory)
-        started = time.monotonic()
-        try:
-            servable = self.loader(directory, version)
-        except Exception as err:
-            log.exception("loading %s failed", directory)
-            message = f"loading {directory} failed: {type(err).__name__}: {err}"
-            holder.failed(message)
-            self.on_fatal(message)
-            return
-        holder.loaded(servable)
-        self.metrics.serving(version)
-        log.info(
-            "model %r version %d is available (loaded in %.1f s); signatures: %s",
-            config.model_name,
-            version,
-            time.monotonic() - started,
-            ", ".join(sorted(servable.signatures)),
-        )
+
+    def model_label(self, route: p.Route | None) -> str:
+        """The metrics' `model` label: a configured model's name, else ""."""
+        if route is not None and route.model in self.manager.models():
+            return route.model
+        return ""
 
 
 def _respond(result: Answer) -> Response:
@@ -196,44 +172,58 @@ class _Endpoints:
         raise HTTPException(404)
 
     async def v1(self, request: Request) -> Response:
-        state, config = self.state, self.state.config
+        state, config, manager = self.state, self.state.config, self.state.manager
         started = time.perf_counter()
         api = "other"
+        route: p.Route | None = None
         try:
             route = p.parse_route(request.method, request.url.path)
             api = "predict" if route.kind in ("predict", "classify", "regress") else route.kind
             if route.kind == "status":
-                result = state.holder.status(route)
+                result = service.status(manager, route)
             elif route.kind == "metadata":
-                result = state.holder.metadata(route)
+                result = service.metadata(manager, route)
             else:
-                state.holder.resolve(route)  # unknown model or not loaded: no worker needed
+                manager.check(route)  # unknown model or not loaded: no worker needed
                 body = await read_body(request, config.max_body_bytes)
                 work = functools.partial(
-                    state.holder.predict, route, body, self.metrics.inference.observe
+                    service.predict,
+                    manager,
+                    route,
+                    body,
+                    self.metrics.inference.labels(state.model_label(route)).observe,
                 )
                 result = await state.pool.run(work, config.request_timeout)
         except p.ApiError as err:
             result = error_answer(err)
         except ClientDisconnect:
             result = Answer(499, b"", {})
-        self.metrics.observe(api, result.status, time.perf_counter() - started)
+        self.metrics.observe(
+            api, result.status, time.perf_counter() - started, state.model_label(route)
+        )
         return _respond(result)
 
     async def healthz(self, request: Request) -> Response:
         return self._timed("health", answer(200, {"status": "alive"}))
 
     async def readyz(self, request: Request) -> Response:
-        state, holder = self.state, self.state.holder
+        """200 when every configured model serves a version; 503 while not, or draining."""
+        state = self.state
+        pending, serving = state.manager.readiness()
+        body: dict[str, object] = {"models": serving}
         if state.draining:
-            return self._timed("health", answer(503, {"status": "shutting down"}))
-        if not holder.ready:
-            body: dict[str, object] = {"status": holder.state.lower(), "model": holder.name}
-            if holder.error:
-                body["error"] = holder.error
-            return self._timed("health", answer(503, body))
-        body = {"status": "ready", "model": holder.name, "version": holder.version}
-        return self._timed("health", answer(200, body))
+            return self._timed("health", answer(503, {"status": "shutting down", **body}))
+        if pending:
+            reasons = {}
+            for name in pending:
+                try:
+                    state.manager.check(p.Route("predict", name))
+                except p.ApiError as err:
+                    reasons[name] = err.message
+            return self._timed(
+                "health", answer(503, {"status": "loading", "waiting_for": reasons, **body})
+            )
+        return self._timed("health", answer(200, {"status": "ready", **body}))
 
     async def metrics_page(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -258,8 +248,10 @@ class _Endpoints:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        loader = threading.Thread(target=self.state.load_model, name="model-loader", daemon=True)
-        loader.start()
+        manager = threading.Thread(
+            target=self.state.manage_models, name="model-manager", daemon=True
+        )
+        manager.start()
         try:
             yield
         finally:
@@ -274,15 +266,18 @@ def create_app(
     on_fatal: Callable[[str], None] = lambda message: None,
 ) -> Starlette:
     """The application; its ServingState is `app.state.serving`."""
-    metrics = Metrics(config.model_name)
+    metrics = Metrics()
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)
+    for name in config.models.names():
+        metrics.add_model(name)
+    manager = Manager(loader, metrics)
+    manager.apply(config.models, initial=True)
     state = ServingState(
         config=config,
-        holder=ModelHolder(config.model_name),
+        manager=manager,
         metrics=metrics,
         pool=InferencePool(config.workers, config.max_queue, metrics),
-        loader=loader,
         on_fatal=on_fatal,
     )
     endpoints = _Endpoints(state)

@@ -9,8 +9,15 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from tf_entrypoint.serving.model_config import (
+    ConfigError,
+    ServingConfig,
+    read_model_config,
+    single_model,
+)
 
 DEFAULT_MODEL_NAME = "model"
 DEFAULT_MODEL_BASE_PATH = "/models"
@@ -24,6 +31,10 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 #: Below Docker's 10 s between SIGTERM and SIGKILL (Kubernetes gives 30 s).
 DEFAULT_GRACE_PERIOD = 8.0
 DEFAULT_WAIT_FOR_MODEL = 300.0
+#: TF Serving's --file_system_poll_wait_seconds default.
+DEFAULT_FILE_SYSTEM_POLL_WAIT = 1.0
+#: TF Serving's --model_config_file_poll_wait_seconds default (0: read once).
+DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT = 0.0
 #: Requests admitted per worker (running + queued) before 503s.
 DEFAULT_QUEUE_PER_WORKER = 32
 
@@ -39,10 +50,15 @@ ENV_GRACE_PERIOD = "SERVE_GRACE_PERIOD"
 ENV_WAIT_FOR_MODEL = "SERVE_WAIT_FOR_MODEL"
 ENV_ACCESS_LOG = "SERVE_ACCESS_LOG"
 ENV_LOG_LEVEL = "SERVE_LOG_LEVEL"
+ENV_MODEL_CONFIG_FILE = "MODEL_CONFIG_FILE"
+ENV_FILE_SYSTEM_POLL_WAIT = "SERVE_FILE_SYSTEM_POLL_WAIT_SECONDS"
+ENV_MODEL_CONFIG_FILE_POLL_WAIT = "SERVE_MODEL_CONFIG_FILE_POLL_WAIT_SECONDS"
 
 
 @dataclass(frozen=True)
-class CpuBudget:
+class PlannedCpus:
+    """The CPU budget the entrypoint planned (tf_entrypoint.plan.planned_cpus)."""
+
     cpus: int
     #: Where the number came from, for the start-up log line.
     source: str
@@ -50,8 +66,9 @@ class CpuBudget:
 
 @dataclass(frozen=True)
 class ServeConfig:
-    model_name: str
-    model_base_path: Path
+    #: The models to serve: from --model-config-file, or the one model of
+    #: --model-name / --model-base-path.
+    models: ServingConfig
     host: str
     port: int
     #: Inference threads: requests running in TensorFlow at once.
@@ -62,23 +79,28 @@ class ServeConfig:
     request_timeout: float
     grace_period: float
     wait_for_model: float
+    #: Seconds between scans of the models' directories (0: load once).
+    file_system_poll_wait: float
+    #: Seconds between reads of the model config file (0: read once).
+    model_config_file_poll_wait: float
     access_log: bool
     log_level: str
-    budget: CpuBudget
+    budget: PlannedCpus
+    #: Things to tell the operator at start (flags that a config file overrides).
+    notes: tuple[str, ...] = field(default=())
 
 
-def cpu_budget(env: Mapping[str, str]) -> CpuBudget:
+def cpu_budget(env: Mapping[str, str]) -> PlannedCpus:
     """The container's CPU budget as the entrypoint computes it (quota, cpuset, override)."""
     try:
-        from entrypoint.plan import resolve  # noqa: PLC0415 - stdlib-only, cheap
+        from tf_entrypoint.plan import planned_cpus  # noqa: PLC0415 - stdlib-only, cheap
 
-        cpu = resolve(env).cpu
-        return CpuBudget(max(1, cpu.cpus), cpu.source)
+        return PlannedCpus(*planned_cpus(env))
     except Exception:  # noqa: BLE001 - never refuse to serve over the sizing
-        return CpuBudget(max(1, len(os.sched_getaffinity(0))), "affinity (planning failed)")
+        return PlannedCpus(max(1, len(os.sched_getaffinity(0))), "affinity (planning failed)")
 
 
-def size_workers(budget: CpuBudget) -> int:
+def size_workers(budget: PlannedCpus) -> int:
     """Inference threads for a CPU budget: one per CPU.
 
     TensorFlow's intra-op and inter-op pools are process-wide and already
@@ -143,18 +165,42 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         return value or fallback
 
     parser = _Parser(
-        prog="python -m entrypoint.serving",
+        prog="python -m tf_entrypoint.serving",
         description=(
-            "Serve a SavedModel over TF Serving's REST API, sized to the container's CPU "
-            "budget. Every option also reads the environment variable shown."
+            "Serve SavedModels over TF Serving's REST API, sized to the container's CPU "
+            "budget: the model MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's "
+            "model config file. New versions are loaded, warmed up and swapped in while "
+            "serving. Every option also reads the environment variable shown."
+        ),
+        epilog=(
+            "exit codes: 0 stopped by SIGTERM/SIGINT after draining; 1 a model had no "
+            "version within --wait-for-model, or its first load failed; 64 a bad option or "
+            "variable; 78 a model config file that cannot be served (file, line and field "
+            "on stderr)."
         ),
     )
     add = parser.add_argument
-    add("--model-name", default=default(ENV_MODEL_NAME, DEFAULT_MODEL_NAME),
-        help=f"model to serve (env {ENV_MODEL_NAME}; default %(default)s)")  # fmt: skip
-    add("--model-base-path", default=default(ENV_MODEL_BASE_PATH, DEFAULT_MODEL_BASE_PATH),
+    add("--model-name", default=None,
+        help=f"model to serve (env {ENV_MODEL_NAME}; default {DEFAULT_MODEL_NAME})")  # fmt: skip
+    add("--model-base-path", default=None,
         help=f"directory holding NAME/<version>/saved_model.pb (env {ENV_MODEL_BASE_PATH}; "
+        f"default {DEFAULT_MODEL_BASE_PATH})")  # fmt: skip
+    add("--model-config-file", "--model_config_file", metavar="PATH",
+        default=env.get(ENV_MODEL_CONFIG_FILE, "").strip() or None,
+        help=f"TF Serving's model config file (text ModelServerConfig): serve every model "
+        f"it lists, instead of --model-name (env {ENV_MODEL_CONFIG_FILE})")  # fmt: skip
+    add("--model-config-file-poll-wait-seconds", "--model_config_file_poll_wait_seconds",
+        type=_seconds, metavar="SECONDS",
+        default=default(ENV_MODEL_CONFIG_FILE_POLL_WAIT,
+                        f"{DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT:g}"),
+        help=f"re-read the model config file this often and add, change or remove "
+        f"models live; 0 reads it once (env {ENV_MODEL_CONFIG_FILE_POLL_WAIT}; "
         "default %(default)s)")  # fmt: skip
+    add("--file-system-poll-wait-seconds", "--file_system_poll_wait_seconds",
+        type=_seconds, metavar="SECONDS",
+        default=default(ENV_FILE_SYSTEM_POLL_WAIT, f"{DEFAULT_FILE_SYSTEM_POLL_WAIT:g}"),
+        help=f"look for new versions this often; 0 loads once (env "
+        f"{ENV_FILE_SYSTEM_POLL_WAIT}; default %(default)s)")  # fmt: skip
     add("--host", default=default(ENV_HOST, DEFAULT_HOST),
         help=f"address to listen on (env {ENV_HOST}; default %(default)s)")  # fmt: skip
     add("--port", type=_port, default=default(ENV_PORT, str(DEFAULT_PORT)),
@@ -188,19 +234,39 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _models(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[ServingConfig, list[str]]:
+    """The models to serve, and notes on flags the config file overrides."""
+    name = args.model_name or env.get(ENV_MODEL_NAME, "").strip() or DEFAULT_MODEL_NAME
+    base = args.model_base_path or env.get(ENV_MODEL_BASE_PATH, "").strip()
+    if args.model_config_file is None:
+        return single_model(name, Path(base or DEFAULT_MODEL_BASE_PATH) / name), []
+    notes = [
+        f"{flag} is ignored: the model config file {args.model_config_file} lists the models"
+        for flag, given in (
+            ("--model-name", args.model_name), ("--model-base-path", args.model_base_path)
+        )
+        if given
+    ]  # fmt: skip
+    return read_model_config(Path(args.model_config_file)), notes
+
+
 def parse_config(
-    argv: Sequence[str], env: Mapping[str, str], budget: CpuBudget | None = None
+    argv: Sequence[str], env: Mapping[str, str], budget: PlannedCpus | None = None
 ) -> ServeConfig:
-    """Raises UsageError (with argparse's message) for a bad flag or variable."""
+    """Raises UsageError (argparse's message) for a bad flag or variable, and
+    ConfigError (naming file, line and field) for a model configuration that
+    cannot be served."""
     args = build_parser(env).parse_args(list(argv))
-    name: str = args.model_name
-    if not name or "/" in name or ":" in name or name in (".", ".."):
-        raise UsageError(f"invalid model name {name!r}: no '/', ':' or empty name")
+    try:
+        models, notes = _models(args, env)
+    except ConfigError as err:
+        if args.model_config_file is None:  # a bad --model-name is a command-line mistake
+            raise UsageError(str(err)) from None
+        raise
     budget = budget or cpu_budget(env)
     workers: int = args.workers or size_workers(budget)
     return ServeConfig(
-        model_name=name,
-        model_base_path=Path(args.model_base_path),
+        models=models,
         host=args.host,
         port=args.port,
         workers=workers,
@@ -209,7 +275,10 @@ def parse_config(
         request_timeout=args.request_timeout,
         grace_period=args.grace_period,
         wait_for_model=args.wait_for_model,
+        file_system_poll_wait=args.file_system_poll_wait_seconds,
+        model_config_file_poll_wait=args.model_config_file_poll_wait_seconds,
         access_log=args.access_log,
         log_level=args.log_level,
         budget=budget,
+        notes=tuple(notes),
     )

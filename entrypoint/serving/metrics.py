@@ -30,40 +30,49 @@ LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
+#: Seconds to load (and warm up) a version: from a tiny model to a large one.
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: Values of the `api` label: a fixed set, whatever URLs clients send.
 APIS = ("predict", "metadata", "status", "health", "metrics", "other")
 
 
 class Metrics:
+    """The server's metrics; also the lifecycle Manager's Events.
+
+    The `model` label is a configured model's name, or "" for a request that
+    names none (so clients cannot create label values by inventing URLs).
+    """
+
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         r = self.registry
         self.requests = Counter(
             "serving_requests",
-            "HTTP requests answered, by API and status code.",
-            ["api", "code"],
+            "HTTP requests answered, by API, status code and model.",
+            ["api", "code", "model"],
             registry=r,
         )
         self.errors = Counter(
             "serving_request_errors",
             "Requests answered with an error: kind=client (4xx) or server (5xx).",
-            ["api", "kind"],
+            ["api", "kind", "model"],
             registry=r,
         )
         self.latency = Histogram(
             "serving_request_duration_seconds",
-            "Time from request received to response ready, by API.",
-            ["api"],
+            "Time from request received to response ready, by API and model.",
+            ["api", "model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.inference = Histogram(
             "serving_inference_duration_seconds",
-            "Time inside TensorFlow per successful predict.",
+            "Time inside TensorFlow per successful predict, by model.",
+            ["model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -85,23 +94,84 @@ class Metrics:
         )
         self.model_version = Gauge(
             "serving_model_version",
-            "Version of the model being served (0 while none is available).",
+            "Newest version of the model serving requests (0 while none is available).",
             ["model"],
             registry=r,
         )
-        self.model_version.labels(model_name).set(0)
-        self._model_name = model_name
+        self.available_versions = Gauge(
+            "serving_model_versions_available",
+            "Versions of the model available for requests.",
+            ["model"],
+            registry=r,
+        )
+        self.loads = Counter(
+            "serving_model_loads",
+            "Version loads (warm-up included), by model and result (success, failure).",
+            ["model", "result"],
+            registry=r,
+        )
+        self.unloads = Counter(
+            "serving_model_unloads",
+            "Versions unloaded (after their last request finished), by model and result.",
+            ["model", "result"],
+            registry=r,
+        )
+        self.load_duration = Histogram(
+            "serving_model_load_duration_seconds",
+            "Time to load and warm up one version, by model.",
+            ["model"],
+            buckets=LOAD_BUCKETS,
+            registry=r,
+        )
+        self.warmup_records = Counter(
+            "serving_model_warmup_records",
+            "Warm-up records (assets.extra/tf_serving_warmup_requests) replayed, by model.",
+            ["model"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "serving_model_config_reloads",
+            "Changed model config files applied (success) or refused (failure).",
+            ["result"],
+            registry=r,
+        )
 
-    def observe(self, api: str, code: int, seconds: float) -> None:
-        self.requests.labels(api, str(code)).inc()
+    def add_model(self, model: str) -> None:
+        """Create a configured model's series at 0, so dashboards see it before traffic."""
+        self.model_version.labels(model)
+        self.available_versions.labels(model)
+        for result in ("success", "failure"):
+            self.loads.labels(model, result)
+        self.unloads.labels(model, "success")
+
+    def observe(self, api: str, code: int, seconds: float, model: str = "") -> None:
+        self.requests.labels(api, str(code), model).inc()
         if code >= 500:
-            self.errors.labels(api, "server").inc()
+            self.errors.labels(api, "server", model).inc()
         elif code >= 400:
-            self.errors.labels(api, "client").inc()
-        self.latency.labels(api).observe(seconds)
+            self.errors.labels(api, "client", model).inc()
+        self.latency.labels(api, model).observe(seconds)
 
-    def serving(self, version: int) -> None:
-        self.model_version.labels(self._model_name).set(version)
+    # -- lifecycle.Events
+
+    def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None:
+        self.loads.labels(model, "success").inc()
+        self.load_duration.labels(model).observe(seconds)
+        self.warmup_records.labels(model).inc(warmup_records)
+
+    def version_load_failed(self, model: str, seconds: float) -> None:
+        self.loads.labels(model, "failure").inc()
+        self.load_duration.labels(model).observe(seconds)
+
+    def version_unloaded(self, model: str) -> None:
+        self.unloads.labels(model, "success").inc()
+
+    def versions_available(self, model: str, versions: list[int]) -> None:
+        self.available_versions.labels(model).set(len(versions))
+        self.model_version.labels(model).set(max(versions, default=0))
+
+    def config_reloaded(self, result: str) -> None:
+        self.config_reloads.labels(result).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

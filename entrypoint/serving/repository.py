@@ -1,4 +1,4 @@
-"""TF Serving's model layout on disk: BASE/NAME/<version>/saved_model.pb.
+"""TF Serving's model layout on disk: MODEL_DIR/<version>/saved_model.pb.
 
 A version is a directory whose name is a non-negative integer and that holds
 a saved_model.pb (or saved_model.pbtxt). Anything else (a half-written
@@ -8,65 +8,57 @@ elsewhere and renames into place is never seen half done.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import logging
+import os
 from pathlib import Path
+
+log = logging.getLogger("tf_entrypoint.serving")
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
+#: What identifies one export of a version directory: the directory's inode
+#: and change time (which a rename or re-creation updates and `cp -a` cannot
+#: set back) and its saved_model.pb's inode, size and modification time. A
+#: failed version is retried only once its files were replaced.
+Identity = tuple[int, ...]
 
-def model_dir(base_path: Path, name: str) -> Path:
-    return base_path / name
 
+def scan(model_dir: Path) -> dict[int, Path] | None:
+    """The complete versions in `model_dir` (number -> directory as spelled on disk).
 
-def versions(base_path: Path, name: str) -> list[int]:
-    """The complete versions of model `name`, ascending; [] when there is none."""
+    None when the directory cannot be listed (missing, unreadable): callers
+    keep what they serve rather than read a transient error as "no versions".
+    Two spellings of one number (`1` and `001`): the plain one wins, as the
+    TF Serving file-system source warns and picks one.
+    """
     try:
-        entries = list(model_dir(base_path, name).iterdir())
+        entries = sorted(os.scandir(model_dir), key=lambda e: e.name)
     except OSError:
-        return []
-    found = []
+        return None
+    found: dict[int, Path] = {}
     for entry in entries:
-        if not (entry.name.isascii() and entry.name.isdigit()):
+        name = entry.name
+        if not (name.isascii() and name.isdigit()):
             continue
-        if any((entry / f).is_file() for f in SAVED_MODEL_FILES):
-            found.append(int(entry.name))
-    return sorted(found)
+        directory = Path(entry.path)
+        if not any((directory / f).is_file() for f in SAVED_MODEL_FILES):
+            continue
+        number = int(name)
+        if number in found and found[number].name == str(number):
+            continue
+        found[number] = directory
+    return found
 
 
-def latest_version(base_path: Path, name: str) -> int | None:
-    found = versions(base_path, name)
-    return found[-1] if found else None
-
-
-def version_dir(base_path: Path, name: str, version: int) -> Path:
-    """The directory of `version`, as spelled on disk (`0001` is version 1)."""
-    directory = model_dir(base_path, name)
-    exact = directory / str(version)
-    if exact.is_dir():
-        return exact
-    for entry in sorted(directory.iterdir()):
-        if entry.name.isascii() and entry.name.isdigit() and int(entry.name) == version:
-            return entry
-    return exact
-
-
-def wait_for_version(
-    base_path: Path,
-    name: str,
-    timeout: float,
-    *,
-    poll: float = 1.0,
-    stop: Callable[[], bool] = lambda: False,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> int | None:
-    """Poll until a version exists; None after `timeout` seconds or when `stop()`."""
-    deadline = clock() + timeout
-    while True:
-        found = latest_version(base_path, name)
-        if found is not None:
-            return found
-        if stop() or clock() >= deadline:
-            return None
-        sleep(min(poll, max(0.0, deadline - clock())))
+def identity(directory: Path) -> Identity | None:
+    try:
+        stat = directory.stat()
+        marks = [stat.st_ino, stat.st_ctime_ns]
+        for name in SAVED_MODEL_FILES:
+            path = directory / name
+            if path.is_file():
+                graph = path.stat()
+                marks += [graph.st_ino, graph.st_size, graph.st_mtime_ns]
+    except OSError:
+        return None
+    return tuple(marks)

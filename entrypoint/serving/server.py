@@ -1,4 +1,4 @@
-"""`python -m entrypoint.serving`: settings, logging, uvicorn, signals, exit code.
+"""`python -m tf_entrypoint.serving`: settings, logging, uvicorn, signals, exit code.
 
 One process, one event loop, `workers` inference threads: the model is
 loaded once and TensorFlow's process-wide thread pools are shared, so the
@@ -7,8 +7,9 @@ whole server stays within the CPU budget the entrypoint planned for.
 SIGTERM (docker stop, Kubernetes) or SIGINT: /readyz turns 503, the listening
 socket closes, idle keep-alive connections close, requests in flight finish
 (up to --grace-period seconds), then the process exits 0. A second SIGINT
-forces an immediate stop. Exit 1 when no model version appears within
---wait-for-model seconds or loading it fails; 64 for a bad command line.
+forces an immediate stop. Exit 1 when a model has no version within
+--wait-for-model seconds or loading one fails at start; 64 for a bad command
+line; 78 for a model config file that cannot be served.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from types import FrameType
 
 import uvicorn
 
-from entrypoint.serving.app import ServingState, create_app
-from entrypoint.serving.config import ServeConfig, UsageError, parse_config
+from tf_entrypoint.serving.app import ServingState, create_app
+from tf_entrypoint.serving.config import ServeConfig, UsageError, parse_config
+from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
-log = logging.getLogger("entrypoint.serving")
+log = logging.getLogger("tf_entrypoint.serving")
 
 EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 64
+EXIT_CONFIG = 78
 
 
 class _Server(uvicorn.Server):
@@ -66,8 +69,24 @@ def _describe(config: ServeConfig) -> str:
         f"TensorFlow intra-op {os.environ.get('TF_NUM_INTRAOP_THREADS', 'default')}, "
         f"inter-op {os.environ.get('TF_NUM_INTEROP_THREADS', 'default')}"
     )
+    models = config.models
+    source = f" (from {models.path})" if models.path else ""
+    listed = "; ".join(
+        f"{m.name!r} from {m.base_path} ({describe_policy(m.policy)}"
+        + (", labels " + ", ".join(f"{k}={v}" for k, v in sorted(m.labels.items())) if m.labels
+           else "")
+        + ")"
+        for m in models.models
+    )  # fmt: skip
+    polls = (
+        f"new versions looked for every {config.file_system_poll_wait:g} s"
+        if config.file_system_poll_wait > 0
+        else "versions loaded once"
+    )
+    if models.path is not None and config.model_config_file_poll_wait > 0:
+        polls += f", config file re-read every {config.model_config_file_poll_wait:g} s"
     return (
-        f"serving model {config.model_name!r} from {config.model_base_path} on "
+        f"serving {len(models.models)} model(s){source}: {listed}; {polls}; on "
         f"{config.host}:{config.port}: {config.workers} inference worker(s) for a CPU budget "
         f"of {config.budget.cpus} ({config.budget.source}; {threads}), at most "
         f"{config.max_queue} predicts admitted, bodies up to {config.max_body_bytes} bytes, "
@@ -81,8 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         print(err, file=sys.stderr)
         return EXIT_USAGE
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_CONFIG
     _configure_logging(config.log_level)
     log.info("%s", _describe(config))
+    for note in config.notes:
+        log.warning("%s", note)
 
     fatal: list[str] = []
     server: _Server | None = None

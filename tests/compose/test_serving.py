@@ -193,7 +193,7 @@ def test_the_server_survives_bad_requests(client: httpx2.Client) -> None:
     assert predict(client, {"instances": [0.0]}) == {"predictions": [2.0]}
     page = client.get("/metrics").text
     for api in ("predict", "status", "metadata", "other"):
-        assert f'serving_request_errors_total{{api="{api}",kind="server"}}' not in page, api
+        assert f'serving_request_errors_total{{api="{api}",kind="server"' not in page, api
 
 
 # -- operations
@@ -201,19 +201,24 @@ def test_the_server_survives_bad_requests(client: httpx2.Client) -> None:
 
 def test_health_endpoints(client: httpx2.Client) -> None:
     assert client.get("/healthz").json() == {"status": "alive"}
-    assert client.get("/readyz").json() == {"status": "ready", "model": "model", "version": 1}
+    assert client.get("/readyz").json() == {"status": "ready", "models": {"model": [1]}}
 
 
 def test_metrics(client: httpx2.Client) -> None:
-    before = metric(client.get("/metrics").text, 'serving_requests_total{api="predict",code="200"}')
+    ok = 'serving_requests_total{api="predict",code="200",model="model"}'
+    before = metric(client.get("/metrics").text, ok)
     predict(client, {"instances": [1.0]})
     page = client.get("/metrics")
     assert page.headers["content-type"].startswith("text/plain")
     text = page.text
-    assert metric(text, 'serving_requests_total{api="predict",code="200"}') == before + 1
-    assert metric(text, 'serving_request_duration_seconds_count{api="predict"}') >= before + 1
-    assert metric(text, "serving_inference_duration_seconds_count") >= before + 1
+    assert metric(text, ok) == before + 1
+    latency = 'serving_request_duration_seconds_count{api="predict",model="model"}'
+    assert metric(text, latency) >= before + 1
+    inference = 'serving_inference_duration_seconds_count{model="model"}'
+    assert metric(text, inference) >= before + 1
     assert metric(text, 'serving_model_version{model="model"}') == 1
+    assert metric(text, 'serving_model_versions_available{model="model"}') == 1
+    assert metric(text, 'serving_model_loads_total{model="model",result="success"}') == 1
     assert "process_cpu_seconds_total" in text
 
 

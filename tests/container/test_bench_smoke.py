@@ -131,7 +131,26 @@ def test_serving_has_every_cell(quick_run: Path) -> None:
     assert {r["mode"] for r in runs} == set(serving.MODES)
 
 
+def test_swap_has_every_phase(quick_run: Path) -> None:
+    data = json.loads((quick_run / "swap.json").read_text())
+    (rep,) = data["reps"]
+    assert set(rep["phases"]) == {"before", "during", "after"}
+    for phase in rep["phases"].values():
+        assert phase["requests"] > 0
+        assert all(_number(phase[k]) for k in ("rps", "p50_ms", "p99_ms"))
+    # A swap fails no request (the container tests assert it under more load).
+    assert rep["errors"] == 0
+    assert 0 < rep["swap_available_s"] <= rep["swap_end_s"]
+    assert _number(rep["load_s"])
+    assert _number(data["summary"]["during_vs_before"]["p99"])
+
+
 def test_report_renders(quick_run: Path) -> None:
     text = (quick_run / "results.md").read_text()
-    for heading in ("## Quota sweep", "## Overhead", "## Serving under load"):
+    for heading in (
+        "## Quota sweep",
+        "## Overhead",
+        "## Serving under load",
+        "## A version swap under load",
+    ):
         assert heading in text

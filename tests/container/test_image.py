@@ -9,9 +9,9 @@ from typing import Any
 import docker
 import pytest
 
-from entrypoint import __version__
-from entrypoint.problems import EXIT_NOT_FOUND
 from tests.container.dockerkit import REPO, Containers, wait, wait_for_log
+from tf_entrypoint import __version__
+from tf_entrypoint.problems import EXIT_NOT_FOUND
 
 APP_UID = 10001
 HARDENED: dict[str, Any] = {

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from entrypoint.problems import EXIT_CONFIG
 from tests.container.dockerkit import Containers
+from tf_entrypoint.problems import EXIT_CONFIG
 
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 

@@ -1,14 +1,14 @@
 """TF_CONFIG in the image: checked before the hand-off, then passed on byte for byte.
 
-Needs entrypoint.plan to add entrypoint.tfconfig's problems and notices to the plan.
+Needs tf_entrypoint.plan to add tf_entrypoint.tfconfig's problems and notices to the plan.
 """
 
 from __future__ import annotations
 
 import json
 
-from entrypoint.problems import EXIT_CONFIG
 from tests.container.dockerkit import Containers
+from tf_entrypoint.problems import EXIT_CONFIG
 
 PRINT_TF_CONFIG = ["python", "-c", "import os; print(os.environ['TF_CONFIG'], end='')"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from entrypoint.tfserving import rest_api_threads
 from tests.container.dockerkit import Containers
+from tf_entrypoint.tfserving import rest_api_threads
 
 STUB = """\
 #!/usr/bin/env python3

@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from entrypoint.tfconfig import check_tf_config
 from tests.deploy.kustomize import REPO
+from tf_entrypoint.tfconfig import check_tf_config
 
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]

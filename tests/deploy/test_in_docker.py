@@ -33,7 +33,6 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from entrypoint.settings import CPU_LIMIT_MILLICORES
 from tests.container.dockerkit import Containers, build_image, remove, wait
 from tests.deploy.kustomize import (
     DEPLOY,
@@ -45,6 +44,7 @@ from tests.deploy.kustomize import (
     render,
     split_image,
 )
+from tf_entrypoint.settings import CPU_LIMIT_MILLICORES
 
 #: Seconds for the trainer to finish and for the server to become ready.
 TRAIN_TIMEOUT = 300

@@ -19,8 +19,6 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from entrypoint.settings import CPU_LIMIT_MILLICORES
-from entrypoint.tfconfig import check_tf_config
 from tests.deploy.kustomize import (
     DEPLOY,
     KUSTOMIZATIONS,
@@ -35,6 +33,8 @@ from tests.deploy.kustomize import (
     render_all,
     split_image,
 )
+from tf_entrypoint.settings import CPU_LIMIT_MILLICORES
+from tf_entrypoint.tfconfig import check_tf_config
 
 #: The Kubernetes versions every manifest must be valid for: the oldest this
 #: project supports and the newest kubernetes-validate knows (pinned in
@@ -169,6 +169,33 @@ def test_tfjob_follows_kubeflow_v1(tfjob: Doc) -> None:
         assert {"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"} in container[
             "ports"
         ]
+
+
+def test_the_chief_writes_the_model_volume_on_the_servers_node() -> None:
+    """The TFJob's chief shares the ReadWriteOnce volume with the running server
+    (same node), so version 2 is swapped in live: no scaling the server to 0."""
+    servers = [
+        doc
+        for _, doc in objects()
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "tf-serving"
+    ]
+    assert len(servers) == 2  # base/ and overlays/gpu/
+
+    def claims(pod: Doc) -> set[str]:
+        volumes = pod["volumes"]
+        return {
+            v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
+        }
+
+    for tfjob in tfjobs():
+        chief = tfjob["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+        affinity = chief["affinity"]["podAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        for server in servers:
+            labels = server["spec"]["template"]["metadata"]["labels"]
+            assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+            assert claims(chief) == claims(server["spec"]["template"]["spec"]) == {"tf-models"}
 
 
 @pytest.mark.parametrize("tfjob", tfjobs(), ids=lambda d: d["metadata"]["name"])

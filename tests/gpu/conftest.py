@@ -6,7 +6,7 @@ places:
 
 * host: the current interpreter can import `tensorflow` (say, a machine with a
   GPU and no Docker, after `pip install "tensorflow[and-cuda]"`). Each check
-  runs as `python -m entrypoint -- python -c CODE` with this repository first
+  runs as `python -m tf_entrypoint -- python -c CODE` with this repository first
   on PYTHONPATH, and CODE first installs the import hook exactly as the image's
   .pth line does (`_pth.install()`), so the plan reaches TensorFlow the same way.
 * docker: otherwise, when a Docker engine can hand GPUs to containers. Each
@@ -46,7 +46,7 @@ RUN_TIMEOUT = 900
 
 NO_DRIVER = "no NVIDIA driver on this machine (no /dev/nvidiactl, no /proc/driver/nvidia/gpus)"
 #: What the installed hook needs before user code (what tf_entrypoint_hook.pth does).
-HOOK_PRELUDE = "import entrypoint._pth as _tf_pth; _tf_pth.install(); del _tf_pth\n"
+HOOK_PRELUDE = "import tf_entrypoint._pth as _tf_pth; _tf_pth.install(); del _tf_pth\n"
 
 #: Prints what TensorFlow sees: build info and its GPUs (name, compute capability).
 TF_GPUS = """
@@ -113,7 +113,7 @@ class GpuPlace:
     def _host(self, args: list[str], env: dict[str, str] | None, timeout: float) -> Ran:
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         done = subprocess.run(
-            [sys.executable, "-m", "entrypoint", *args],
+            [sys.executable, "-m", "tf_entrypoint", *args],
             env={**os.environ, "PYTHONPATH": path, **(env or {})},
             capture_output=True,
             text=True,

@@ -1,4 +1,4 @@
-"""entrypoint.cpu on a real kernel: quotas set on real cgroups, read by a child.
+"""tf_entrypoint.cpu on a real kernel: quotas set on real cgroups, read by a child.
 
 Creates a parent cgroup with a CFS quota and a child below it, starts a
 Python process that moves itself into the child *before* importing anything,
@@ -29,15 +29,9 @@ from typing import Any, Literal
 
 import pytest
 
-from entrypoint.cpu import (
-    ROUNDINGS,
-    SOURCE_CGROUP_V1,
-    SOURCE_CGROUP_V2,
-    Mount,
-    Rounding,
-    parse_mountinfo,
-    round_cpus,
-)
+from tf_entrypoint.cgroups import Mount, parse_mountinfo
+from tf_entrypoint.common import ROUNDINGS, Rounding
+from tf_entrypoint.cpu import SOURCE_CGROUP_V1, SOURCE_CGROUP_V2, round_cpus
 
 pytestmark = pytest.mark.host_cgroup
 
@@ -46,8 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: Run in the child process once it sits in the test cgroup.
 CHILD_SCRIPT = """
 import json, sys
-from entrypoint.cpu import detect_cpu_budget
-from entrypoint.frozen import fields
+from tf_entrypoint.cpu import detect_cpu_budget
+from tf_entrypoint.frozen import fields
 budget = detect_cpu_budget(rounding=sys.argv[1])
 reading = budget.cgroup
 print(json.dumps({

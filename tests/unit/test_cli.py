@@ -6,9 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import __version__, cli
-from entrypoint.cli import Exec, ShowHelp, ShowVersion, Subcommand, UsageError, parse_command_line
-from entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint import __version__, cli
+from tf_entrypoint.cli import (
+    Exec,
+    ShowHelp,
+    ShowVersion,
+    Subcommand,
+    UsageError,
+    parse_command_line,
+)
+from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE
+from tf_entrypoint.settings import TABLE, plain
 
 DEFAULT = ("serve-something",)
 
@@ -51,6 +59,8 @@ def test_help_and_version_go_to_stdout(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr()
     assert out.out.startswith("usage: tf-entrypoint")
     assert out.err == ""
+    for variable in TABLE:  # the one table of variables drives --help too
+        assert f"\n  {variable.name}\n      {plain(variable.accepted)} [default: " in out.out
 
 
 def test_usage_error_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:

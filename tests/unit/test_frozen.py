@@ -1,4 +1,4 @@
-"""entrypoint.frozen behaves like @dataclass(frozen=True) wherever the plan relies on it.
+"""tf_entrypoint.frozen behaves like @dataclass(frozen=True) wherever the plan relies on it.
 
 Each behaviour is checked against a real frozen dataclass declared the same
 way, so the two cannot drift apart unnoticed.
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.frozen import FrozenInstanceError, fields, frozen, replace
+from tf_entrypoint.frozen import FrozenInstanceError, fields, frozen, replace
 
 
 @frozen

@@ -1,4 +1,4 @@
-"""Tests for entrypoint.gpus: fake /proc and /dev trees, a fake NVML, no GPU needed."""
+"""Tests for tf_entrypoint.gpus: fake /proc and /dev trees, a fake NVML, no GPU needed."""
 
 from __future__ import annotations
 
@@ -12,25 +12,37 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint.gpus import (
+from tf_entrypoint.cuda_visible import (
+    CudaVisibleDevices,
+    parse_cuda_visible_devices,
+    parse_nvidia_visible_devices,
+)
+from tf_entrypoint.gpus import Gpu, GpuView, detect_gpus, visible_gpus
+from tf_entrypoint.nvidia import (
     NO_DRIVER_REASON,
     PYNVML_MISSING_REASON,
     SOURCE_NONE,
     SOURCE_NVML,
     SOURCE_PROC,
-    CudaVisibleDevices,
-    Gpu,
-    GpuView,
     MigDevice,
     PhysicalGpu,
     PynvmlApi,
-    detect_gpus,
-    load_physical_gpus,
-    parse_cuda_visible_devices,
-    parse_nvidia_visible_devices,
     read_requested_devices,
-    visible_gpus,
+    scan,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tf_entrypoint.nvidia import NvmlApi
+
+
+def load_physical_gpus(
+    *, root: Path, nvml: NvmlApi | None = None
+) -> tuple[tuple[PhysicalGpu, ...], str, tuple[str, ...]]:
+    """(gpus, source, notes): what the driver shows under ``root``."""
+    found = scan(str(root), nvml)
+    return found.gpus, found.source, found.notes
+
 
 UUIDS = (
     "GPU-0a1b2c3d-0000-1111-2222-333333333330",
@@ -800,9 +812,9 @@ def test_volume_mounts_cdi_and_missing(tmp_path: Path) -> None:
     cdi.mkdir(parents=True)
     (cdi / "0").write_text("")
     value = "/var/run/nvidia-container-devices"
-    assert read_requested_devices(value, root=tmp_path) == ("nvidia.com/gpu=0",)
-    assert read_requested_devices("/nowhere", root=tmp_path) is None
-    assert read_requested_devices("/bad\x00path", root=tmp_path) is None
+    assert read_requested_devices(value, root=str(tmp_path)) == ("nvidia.com/gpu=0",)
+    assert read_requested_devices("/nowhere", root=str(tmp_path)) is None
+    assert read_requested_devices("/bad\x00path", root=str(tmp_path)) is None
     view = detect_gpus({"NVIDIA_VISIBLE_DEVICES": "/nowhere"}, root=tmp_path)
     assert any("lists none here" in n for n in view.notes)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import _pth, hook
+from tf_entrypoint import _pth, handoff, hook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ class FakeTF:
 def test_old_tensorflow_gets_one_line_and_the_plan() -> None:
     tf = FakeTF("2.11.1")
     said: list[str] = []
-    plan = hook.encode_plan(hook.HookPlan(1, 1, None, ()))
+    plan = handoff.encode_plan(handoff.HookPlan(1, 1, None, ()))
     done = hook.on_tensorflow_imported(tf, {"TF_ENTRYPOINT_PLAN": plan}, warn=said.append)
     assert done == ["intra_op_threads=1", "inter_op_threads=1"]
     assert tf.config.threading.calls == [("intra", 1), ("inter", 1)]
@@ -71,7 +71,7 @@ def test_old_tensorflow_gets_one_line_and_the_plan() -> None:
 
 def test_supported_tensorflow_is_silent() -> None:
     said: list[str] = []
-    plan = hook.encode_plan(hook.HookPlan(2, 1, None, ()))
+    plan = handoff.encode_plan(handoff.HookPlan(2, 1, None, ()))
     hook.on_tensorflow_imported(FakeTF("2.12.0"), {"TF_ENTRYPOINT_PLAN": plan}, warn=said.append)
     assert said == []
 
@@ -123,10 +123,10 @@ def test_fire_says_one_line_for_two_copies(
 
 def test_tensorflow_missing_names_the_python() -> None:
     # This host's test venv has no TensorFlow.
-    line = hook.tensorflow_missing({}, python="/opt/venv")
+    line = handoff.tensorflow_missing({}, python="/opt/venv")
     assert line.startswith("TensorFlow is not installed in the Python that has tf-entrypoint")
     assert "(/opt/venv)" in line
-    assert hook.tensorflow_missing({"TF_ENTRYPOINT_HOOK": "off"}) == ""
+    assert handoff.tensorflow_missing({"TF_ENTRYPOINT_HOOK": "off"}) == ""
 
 
 def test_tensorflow_present_says_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,14 +134,14 @@ def test_tensorflow_present_says_nothing(tmp_path: Path, monkeypatch: pytest.Mon
     package.mkdir()
     (package / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert hook.tensorflow_missing({}) == ""
+    assert handoff.tensorflow_missing({}) == ""
     assert "tensorflow" not in sys.modules  # found, never imported
 
 
 def test_entrypoint_without_tensorflow_warns_once_and_runs_the_command() -> None:
     code = "print('ran')"
     ran = subprocess.run(
-        [sys.executable, "-m", "entrypoint", "--", sys.executable, "-c", code],
+        [sys.executable, "-m", "tf_entrypoint", "--", sys.executable, "-c", code],
         cwd=REPO,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
         capture_output=True,

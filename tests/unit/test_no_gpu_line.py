@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.explain import asks_for_cuda, no_gpu_line
-from entrypoint.gpus import NO_DRIVER_REASON
 from tests.unit.test_plan import NO_GPU, TWO_GPUS, plan_for
+from tf_entrypoint.explain import asks_for_cuda, no_gpu_line
+from tf_entrypoint.nvidia import NO_DRIVER_REASON
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA_IMAGE = {"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
@@ -48,10 +48,10 @@ def test_nothing_to_say_with_gpus_or_in_the_cpu_image() -> None:
 
 
 def run_entrypoint(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m entrypoint -- python -c ...` in a clean environment (no GPU here)."""
+    """`python -m tf_entrypoint -- python -c ...` in a clean environment (no GPU here)."""
     code = "import sys; print('out'); sys.exit(3)"
     return subprocess.run(
-        [sys.executable, "-m", "entrypoint", "--", sys.executable, "-c", code],
+        [sys.executable, "-m", "tf_entrypoint", "--", sys.executable, "-c", code],
         cwd=REPO,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_ENTRYPOINT_HOOK": "off", **env},
         capture_output=True,

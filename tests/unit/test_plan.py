@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from entrypoint import plan as p
-from entrypoint.cpu import CgroupReading, CpuBudget, CpuQuota
-from entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
-from entrypoint.gpus import Gpu, GpuView
-from entrypoint.hook import decode_plan
-from entrypoint.settings import DOCS, VARIABLES, parse_settings
+from tf_entrypoint import plan as p
+from tf_entrypoint.cgroups import CgroupReading, CpuQuota
+from tf_entrypoint.cpu import CpuBudget
+from tf_entrypoint.explain import SCHEMA, render_json, render_text, summary_line, to_json
+from tf_entrypoint.gpus import Gpu, GpuView
+from tf_entrypoint.handoff import PLAN_VARIABLE, decode_plan
+from tf_entrypoint.settings import TABLE, VARIABLES, parse_settings
 
 QUOTA = CpuQuota(
     cpus=1.5,
@@ -119,7 +120,7 @@ def test_growth_with_caps_means_grow_up_to_the_cap() -> None:
     assert any("never beyond the cap (GPU 0 up to 1024 MB)" in n.message for n in plan.notices)
     child = p.child_environment(plan, env)
     assert child["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"  # TensorFlow ignores "True"
-    hook = decode_plan(child[p.PLAN_VARIABLE])
+    hook = decode_plan(child[PLAN_VARIABLE])
     assert not isinstance(hook, str)
     assert hook.allow_growth is True
     assert hook.memory_limits_mb == ((0, 1024),)
@@ -133,7 +134,7 @@ def test_child_environment_carries_the_plan_natively() -> None:
     assert child["TF_NUM_INTEROP_THREADS"] == child["TF_INTER_OP_PARALLELISM_THREADS"] == "1"
     assert child["TF_FORCE_GPU_ALLOW_GROWTH"] == "false"
     assert child["OMP_NUM_THREADS"] == "1"
-    hook = decode_plan(child[p.PLAN_VARIABLE])
+    hook = decode_plan(child[PLAN_VARIABLE])
     assert not isinstance(hook, str)
     assert (hook.intra_op_threads, hook.inter_op_threads) == (1, 1)
     assert hook.memory_limits_mb == ()
@@ -184,6 +185,7 @@ def test_text_explains_sources_and_problems() -> None:
     assert "TF_FORCE_GPU_ALLOW_GROWTH='perhaps'" in text
     assert "CPU budget       1 (cgroup v1 quota)" in text
     assert "The command receives:" not in text
+    assert "Variables set:\n  TF_FORCE_GPU_ALLOW_GROWTH='perhaps'\n" in text
 
 
 def test_summary_line() -> None:
@@ -228,4 +230,34 @@ def test_any_environment_gives_a_plan_or_documented_errors(env: dict[str, str]) 
 
 @pytest.mark.parametrize("variable", VARIABLES)
 def test_every_variable_is_documented(variable: str) -> None:
-    assert variable in {doc.name for doc in DOCS}
+    assert variable in {doc.name for doc in TABLE}
+
+
+@given(
+    env=st.fixed_dictionaries(
+        {},
+        optional={
+            "TF_INTRA_OP_PARALLELISM_THREADS": st.sampled_from(["", "0", "3", "x"]),
+            "TF_FORCE_GPU_ALLOW_GROWTH": st.sampled_from(["true", "off", "maybe"]),
+            "TF_GPU_MEMORY_ALLOC": st.sampled_from(["0:1024", "1:512, 0:2048", "5:1"]),
+        },
+    )
+)
+def test_the_hand_off_round_trip(env: dict[str, str]) -> None:
+    """What the entrypoint encodes is what the hook and the server decode."""
+    plan = plan_for(env, gpus=TWO_GPUS)
+    if not plan.ok:
+        return
+    child = p.child_environment(plan, env)
+    assert decode_plan(child[PLAN_VARIABLE]) == p.hook_plan(plan)
+    assert p.planned_cpus(child) == (plan.cpu.cpus, plan.cpu.source)
+
+
+def test_planned_cpus_without_a_plan_computes_the_budget_only() -> None:
+    cpus, source = p.planned_cpus({"TF_ENTRYPOINT_CPUS": "3.5", "TF_GPU_MEMORY_ALLOC": "bad"})
+    assert (cpus, source) == (3, "TF_ENTRYPOINT_CPUS")
+    # A malformed plan is no plan.
+    assert p.planned_cpus({"TF_ENTRYPOINT_PLAN": "{", "TF_ENTRYPOINT_CPUS": "2"}) == (
+        2,
+        "TF_ENTRYPOINT_CPUS",
+    )

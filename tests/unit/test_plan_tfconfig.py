@@ -1,6 +1,6 @@
 """TF_CONFIG in the plan: its problems stop the hand-off, its value reaches the command as is.
 
-Needs entrypoint.plan.make_plan to add check_tf_config's problems and
+Needs tf_entrypoint.plan.make_plan to add check_tf_config's problems and
 tf_config_notices' notices (see entrypoint/tfconfig.py).
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
-from entrypoint import plan as p
-from entrypoint.explain import render_json
-from entrypoint.settings import parse_settings
-from entrypoint.tfconfig import TF_CONFIG, check_tf_config
 from tests.unit.test_plan import CPU, NO_GPU
+from tf_entrypoint import plan as p
+from tf_entrypoint.explain import render_json
+from tf_entrypoint.settings import parse_settings
+from tf_entrypoint.tfconfig import TF_CONFIG, check_tf_config
 
 GOOD = json.dumps(
     {"cluster": {"worker": ["w0:2222", "w1:2222"]}, "task": {"type": "worker", "index": 1}}

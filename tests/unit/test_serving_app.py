@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from entrypoint.serving import protocol as p
-from entrypoint.serving.app import InferencePool, create_app
-from entrypoint.serving.config import CpuBudget, ServeConfig, parse_config
-from entrypoint.serving.metrics import Metrics
-from entrypoint.serving.service import Answer
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.app import InferencePool, create_app
+from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.service import Answer
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 
@@ -26,6 +26,7 @@ class HalfPlusTwo:
     """y = 0.5 x + 2, like the demo's SavedModel."""
 
     version = 1
+    warmup_records = 0
     signatures: Mapping[str, p.Signature] = {
         "serving_default": p.Signature({"x": F32}, {"y": F32}),
         "two_inputs": p.Signature({"x": F32, "scale": F32}, {"y": F32, "scaled": F32}),
@@ -48,7 +49,7 @@ def config(tmp_path: Path, *args: str) -> ServeConfig:
     return parse_config(
         ["--model-base-path", str(tmp_path), "--wait-for-model", "5", *args],
         {},
-        budget=CpuBudget(2, "test"),
+        budget=PlannedCpus(2, "test"),
     )
 
 
@@ -127,7 +128,13 @@ def test_metadata(client: TestClient) -> None:
         ("GET", "/v1/models/other/metadata", None, 404, "Servable not found for request: Latest"),
         ("POST", "/v1/models/other:predict", b"{}", 404, "Latest(other)"),
         ("POST", "/v1/models/model/versions/7:predict", b"{}", 404, "Specific(model, 7)"),
-        ("POST", "/v1/models/model/labels/x:predict", b"{}", 404, "Labeled(model, x)"),
+        (
+            "POST",
+            "/v1/models/model/labels/x:predict",
+            b"{}",
+            400,
+            "Unrecognized servable version label: x",
+        ),
         ("POST", "/v1/models/model:predict", b"{", 400, "JSON Parse error"),
         ("POST", "/v1/models/model:predict", b"", 400, "The document is empty"),
         ("POST", "/v1/models/model:predict", b"{}", 400, "Missing 'inputs' or 'instances'"),
@@ -183,17 +190,17 @@ def test_body_limit(tmp_path: Path) -> None:
 
 def test_health_and_metrics(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "alive"}
-    assert client.get("/readyz").json() == {"status": "ready", "model": "model", "version": 1}
+    assert client.get("/readyz").json() == {"status": "ready", "models": {"model": [1]}}
     client.post("/v1/models/model:predict", json={"instances": [1.0]})
     client.post("/v1/models/model:predict", content=b"{")
     page = client.get("/metrics")
     assert page.status_code == 200
     text = page.text
-    assert 'serving_requests_total{api="predict",code="200"} 1.0' in text
-    assert 'serving_requests_total{api="predict",code="400"} 1.0' in text
-    assert 'serving_request_errors_total{api="predict",kind="client"} 1.0' in text
-    assert 'serving_request_duration_seconds_count{api="predict"} 2.0' in text
-    assert "serving_inference_duration_seconds_count 1.0" in text
+    assert 'serving_requests_total{api="predict",code="200",model="model"} 1.0' in text
+    assert 'serving_requests_total{api="predict",code="400",model="model"} 1.0' in text
+    assert 'serving_request_errors_total{api="predict",kind="client",model="model"} 1.0' in text
+    assert 'serving_request_duration_seconds_count{api="predict",model="model"} 2.0' in text
+    assert 'serving_inference_duration_seconds_count{model="model"} 1.0' in text
     assert 'serving_model_version{model="model"} 1.0' in text
     assert "serving_workers 2.0" in text
 
@@ -318,7 +325,7 @@ def test_pool_admits_at_most_max_queue() -> None:
         release.set()
         return Answer(200, b"{}", {})
 
-    pool = InferencePool(workers=2, max_queue=3, metrics=Metrics("model"))
+    pool = InferencePool(workers=2, max_queue=3, metrics=Metrics())
     results = run_pool(pool, [job, job, releaser, job, job], timeout=10)
     statuses = [r.status for r in results]
     assert statuses == [200, 200, 200, 503, 503]
@@ -330,7 +337,7 @@ def test_pool_times_out_with_504() -> None:
         time.sleep(0.5)
         return Answer(200, b"{}", {})
 
-    pool = InferencePool(workers=1, max_queue=10, metrics=Metrics("model"))
+    pool = InferencePool(workers=1, max_queue=10, metrics=Metrics())
     results = run_pool(pool, [slow, slow], timeout=0.1)
     assert [r.status for r in results] == [504, 504]
     assert all(isinstance(r, p.ApiError) and "timed out" in r.message for r in results)
@@ -344,7 +351,7 @@ def test_pool_never_blocks_the_event_loop() -> None:
         return Answer(200, b"", {})
 
     async def main() -> None:
-        pool = InferencePool(workers=1, max_queue=4, metrics=Metrics("model"))
+        pool = InferencePool(workers=1, max_queue=4, metrics=Metrics())
 
         async def ticker() -> None:
             for _ in range(10):
@@ -359,20 +366,21 @@ def test_pool_never_blocks_the_event_loop() -> None:
     assert max(gaps) < 0.15
 
 
+def only_model(conf: ServeConfig) -> tuple[str, str]:
+    (model,) = conf.models.models
+    return model.name, str(model.base_path)
+
+
 def test_config_defaults_follow_the_cpu_budget() -> None:
-    conf = parse_config([], {}, budget=CpuBudget(3, "cgroup v1 quota"))
+    conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
     assert (conf.workers, conf.max_queue) == (3, 96)
-    assert (conf.model_name, str(conf.model_base_path), conf.port) == ("model", "/models", 8501)
+    assert (*only_model(conf), conf.port) == ("model", "/models/model", 8501)
+    assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
     env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}
-    conf = parse_config([], env, budget=CpuBudget(3, "test"))
-    assert (conf.model_name, str(conf.model_base_path), conf.port, conf.workers) == (
-        "m",
-        "/x",
-        9000,
-        1,
-    )
-    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=CpuBudget(3, "t"))
-    assert (conf.port, conf.model_name) == (1234, "n")
+    conf = parse_config([], env, budget=PlannedCpus(3, "test"))
+    assert (*only_model(conf), conf.port, conf.workers) == ("m", "/x/m", 9000, 1)
+    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=PlannedCpus(3, "t"))
+    assert (conf.port, only_model(conf)) == (1234, ("n", "/x/n"))
 
 
 @pytest.mark.parametrize(
@@ -380,15 +388,15 @@ def test_config_defaults_follow_the_cpu_budget() -> None:
     [["--port", "70000"], ["--workers", "0"], ["--model-name", "a/b"], ["--grace-period", "-1"]],
 )
 def test_config_rejects_bad_values(argv: list[str]) -> None:
-    from entrypoint.serving.config import UsageError  # noqa: PLC0415
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
 
     with pytest.raises(UsageError):
-        parse_config(argv, {}, budget=CpuBudget(1, "t"))
+        parse_config(argv, {}, budget=PlannedCpus(1, "t"))
 
 
 def test_serving_is_never_imported_by_the_entrypoint() -> None:
     # The entrypoint runs before every command: it must not pay for
-    # TensorFlow, Starlette and uvicorn (running `-m entrypoint.serving` is fine).
+    # TensorFlow, Starlette and uvicorn (running `-m tf_entrypoint.serving` is fine).
     root = Path(__file__).resolve().parents[2] / "entrypoint"
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -398,4 +406,4 @@ def test_serving_is_never_imported_by_the_entrypoint() -> None:
                 names = [alias.name for alias in node.names]
             else:
                 continue
-            assert not any(n.startswith("entrypoint.serving") for n in names), path
+            assert not any(n.startswith("tf_entrypoint.serving") for n in names), path

@@ -1,4 +1,4 @@
-"""Tests for entrypoint.settings: every variable, every error kind, and properties."""
+"""Tests for tf_entrypoint.settings: every variable, every error kind, and properties."""
 
 from __future__ import annotations
 
@@ -10,16 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.frozen import replace
-from entrypoint.problems import Notice, Problem
-from entrypoint.settings import (
+from tf_entrypoint.common import ROUNDINGS, is_blank
+from tf_entrypoint.frozen import replace
+from tf_entrypoint.problems import Notice, Problem
+from tf_entrypoint.settings import (
     ALLOW_GROWTH,
     AUTOMATIC,
     CPU_LIMIT_MILLICORES,
     CPU_ROUNDING,
     CPUS,
-    DEFAULT_SETTINGS,
-    DOCS,
     EXPECTED_THREADS,
     GPU_MEMORY_ALLOC,
     INTER_OP,
@@ -31,12 +30,11 @@ from entrypoint.settings import (
     MAX_GPU_MEMORY_MB,
     MAX_THREADS,
     QUIET,
-    ROUNDINGS,
+    TABLE,
     VARIABLES,
     ParsedSettings,
     Settings,
     ThreadSetting,
-    is_blank,
     parse_bool,
     parse_cpu_limit_millicores,
     parse_cpus,
@@ -58,6 +56,10 @@ def only(parsed: ParsedSettings) -> Problem:
     return parsed.problems[0]
 
 
+#: What an empty environment gives (the table's fallbacks; spelled out below).
+DEFAULT_SETTINGS = parse_settings({}).settings
+
+
 def thread_setting(parsed: ParsedSettings, field: str) -> ThreadSetting:
     value = getattr(parsed.settings, field)
     assert isinstance(value, ThreadSetting)
@@ -68,7 +70,7 @@ def thread_setting(parsed: ParsedSettings, field: str) -> ThreadSetting:
 
 
 def test_variables_are_the_documented_names_in_order() -> None:
-    assert tuple(doc.name for doc in DOCS) == VARIABLES
+    assert tuple(doc.name for doc in TABLE if doc.parse is not None) == VARIABLES
     assert len(set(VARIABLES)) == len(VARIABLES)
     assert VARIABLES == (
         "TF_INTRA_OP_PARALLELISM_THREADS",
@@ -82,11 +84,11 @@ def test_variables_are_the_documented_names_in_order() -> None:
         "TF_ENTRYPOINT_CPU_LIMIT_MILLICORES",
         "TF_ENTRYPOINT_QUIET",
     )
-    for doc in DOCS:
+    for doc in TABLE:
         assert doc.accepted
         assert doc.default
-        assert doc.description.endswith(".")
-        assert "|" not in doc.accepted + doc.default + doc.description  # Markdown tables
+        assert doc.doc.endswith(".")
+        assert "|" not in doc.accepted + doc.default + doc.doc  # Markdown tables
 
 
 class RecordingEnv(Mapping[str, str]):

@@ -1,4 +1,4 @@
-"""Tests for entrypoint.tfconfig: what TensorFlow and Kubeflow write passes, mistakes are named."""
+"""tf_entrypoint.tfconfig: what TensorFlow and Kubeflow write passes, mistakes are named."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.problems import Problem
-from entrypoint.tfconfig import (
+from tf_entrypoint.problems import Problem
+from tf_entrypoint.tfconfig import (
     EXPECTED_TF_CONFIG,
     TF_CONFIG,
     TfConfigProblem,

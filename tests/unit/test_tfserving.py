@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from entrypoint.tfserving import (
+from tf_entrypoint.tfserving import (
     GpuMemoryFraction,
     format_fraction,
     gpu_memory_fraction,
@@ -62,11 +62,6 @@ def test_user_flags(args: tuple[str, ...], names: set[str]) -> None:
 @pytest.mark.parametrize(("cpus", "threads"), [(1, 4), (2, 8), (3, 12), (64, 256)])
 def test_rest_api_threads_is_tf_servings_formula_on_the_budget(cpus: int, threads: int) -> None:
     assert rest_api_threads(cpus) == threads
-
-
-def test_rest_api_threads_needs_a_budget() -> None:
-    with pytest.raises(ValueError, match="at least 1"):
-        rest_api_threads(0)
 
 
 ONE_CPU = {"intra": 1, "inter": 1, "cpus": 1, "gpu_fraction": None}
@@ -172,20 +167,6 @@ def test_serving_argv_accepts_any_sequence() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({**ONE_CPU, "intra": 0}, "--tensorflow_intra_op_parallelism must be at least 1"),
-        ({**ONE_CPU, "cpus": 0}, "the CPU budget must be at least 1"),
-        ({**ONE_CPU, "gpu_fraction": 0.0}, "must be in \\(0, 1\\]"),
-        ({**ONE_CPU, "gpu_fraction": 1.5}, "must be in \\(0, 1\\]"),
-    ],
-)
-def test_serving_argv_refuses_nonsense(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        serving_argv((SERVER,), **kwargs)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
     ("fraction", "text"),
     [
         (1.0, "1.0"),
@@ -200,12 +181,6 @@ def test_serving_argv_refuses_nonsense(kwargs: dict[str, object], message: str) 
 )
 def test_format_fraction(fraction: float, text: str) -> None:
     assert format_fraction(fraction) == text
-
-
-@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.000001, 0.0000004, float("nan")])
-def test_format_fraction_refuses(fraction: float) -> None:
-    with pytest.raises(ValueError, match="fraction"):
-        format_fraction(fraction)
 
 
 @given(st.floats(min_value=0.000001, max_value=1.0))

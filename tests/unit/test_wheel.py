@@ -69,7 +69,7 @@ def test_version_comes_from_git(two_builds: tuple[Path, Path]) -> None:
     assert match, wheel.name
     with zipfile.ZipFile(wheel) as archive:
         # What `tf-entrypoint --version` prints.
-        init = archive.read("entrypoint/__init__.py").decode()
+        init = archive.read("tf_entrypoint/__init__.py").decode()
         metadata = archive.read(f"tf_entrypoint-{match[1]}.dist-info/METADATA").decode()
     assert f'__version__ = "{match[1]}"' in init
     assert f"\nVersion: {match[1]}\n" in metadata
@@ -80,7 +80,7 @@ def test_wheel_carries_the_hook_at_the_top_of_site_packages(two_builds: tuple[Pa
         names = set(archive.namelist())
         pth = archive.read("tf_entrypoint_hook.pth").decode()
         stamps = {info.date_time for info in archive.infolist()}
-    assert {"tf_entrypoint_hook.pth", "_tf_entrypoint_pth.py", "entrypoint/hook.py"} <= names
+    assert {"tf_entrypoint_hook.pth", "_tf_entrypoint_pth.py", "tf_entrypoint/hook.py"} <= names
     assert pth == (REPO / "entrypoint" / "tf_entrypoint_hook.pth").read_text()
     # Every entry is stamped with the commit's time, not the build's.
     assert len(stamps) == 1

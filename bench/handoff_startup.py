@@ -1,0 +1,51 @@
+"""The hand-off's cost on this machine: `tf-entrypoint true` against `python -c pass`.
+
+    python -m bench.handoff_startup [TREE ...]   # each TREE holds an entrypoint/ folder
+
+`tf-entrypoint true` runs as its console script does (import tf_entrypoint.cli,
+call main). The commands run interleaved (so all see the same machine),
+ROUNDS times each, with a clean environment and TF_ENTRYPOINT_QUIET=1; it
+prints each median and the entrypoint's work before the exec (its median
+minus the baseline's), also as a ratio to `python -c pass`. The README's
+"Start-up" numbers come from here.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROUNDS = 60
+#: What pip's console-script wrapper for `tf-entrypoint true` runs.
+_CONSOLE_SCRIPT = "import sys; from tf_entrypoint.cli import main; sys.exit(main(['true']))"
+
+
+def _once(argv: list[str], cwd: Path) -> float:
+    env = {"PATH": "/usr/bin:/bin", "TF_ENTRYPOINT_QUIET": "1"}
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main(trees: list[str]) -> None:
+    roots = [Path(tree).resolve() for tree in trees] or [Path.cwd()]
+    commands = {"python -c pass": ([sys.executable, "-c", "pass"], roots[0])}
+    for root in roots:
+        argv = [sys.executable, "-c", _CONSOLE_SCRIPT]
+        commands[f"{root}: tf-entrypoint true"] = (argv, root)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(ROUNDS):
+        for name, (argv, cwd) in commands.items():
+            times[name].append(_once(argv, cwd))
+    base = statistics.median(times["python -c pass"])
+    for name, values in times.items():
+        median = statistics.median(values)
+        work = median - base
+        print(f"{median * 1000:7.1f} ms  work {work * 1000:6.1f} ms = {work / base:4.2f}x  {name}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

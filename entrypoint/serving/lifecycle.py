@@ -1,0 +1,512 @@
+"""The served models and their versions: load, swap and unload while serving.
+
+One :class:`Manager` holds every configured model. Its control side runs on
+one thread (:meth:`Manager.run`): it reads each model's directory, asks the
+version policy which versions it wants (the "aspired" versions), loads new
+ones off the request path (warm-up included), publishes a loaded version
+atomically, and only then retires versions the policy no longer wants. A
+retired version stops taking new requests at once and is dropped when the
+last request running on it finishes, so a swap fails no request. States are
+TF Serving's: START, LOADING, AVAILABLE, UNLOADING, END (README: "Model
+versions: policies, swaps, labels").
+
+The request side (:meth:`Manager.lease`, :meth:`Manager.status`) takes one
+short lock and never waits on a load.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving import repository
+from tf_entrypoint.serving.model_config import (
+    ConfigError,
+    ModelSpec,
+    ServingConfig,
+    Specific,
+    aspired_versions,
+    describe_policy,
+)
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+START = "START"
+LOADING = "LOADING"
+AVAILABLE = "AVAILABLE"
+UNLOADING = "UNLOADING"
+END = "END"
+#: Versions in END kept per model for the status API (older ones are forgotten).
+END_HISTORY = 20
+
+
+class Servable(Protocol):
+    """One loaded version of a model."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def signatures(self) -> Mapping[str, p.Signature]: ...
+
+    @property
+    def warmup_records(self) -> int:
+        """Warm-up requests replayed before it became available."""
+        ...
+
+    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
+        """Run a signature. Raises ApiError for input the model rejects."""
+        ...
+
+
+#: Loads one version directory (and warms it up).
+Loader = Callable[[Path, int], Servable]
+
+
+class Events(Protocol):
+    """What the manager reports (the server's Metrics implements it)."""
+
+    def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None: ...
+
+    def version_load_failed(self, model: str, seconds: float) -> None: ...
+
+    def version_unloaded(self, model: str) -> None: ...
+
+    def versions_available(self, model: str, versions: list[int]) -> None: ...
+
+    def config_reloaded(self, result: str) -> None: ...
+
+
+class Version:
+    """One version of one model, in one of the five states."""
+
+    __slots__ = (
+        "error",
+        "identity",
+        "in_flight",
+        "metadata",
+        "model",
+        "number",
+        "path",
+        "servable",
+        "state",
+    )
+
+    def __init__(
+        self, model: str, number: int, path: Path, identity: repository.Identity | None
+    ) -> None:
+        self.model = model
+        self.number = number
+        self.path = path
+        self.identity = identity
+        self.state = START
+        self.error = ""
+        self.servable: Servable | None = None
+        #: GET .../metadata's answer, encoded once at load time.
+        self.metadata = b""
+        #: Requests running on it; it is dropped when this reaches 0 after retirement.
+        self.in_flight = 0
+
+    def status(self) -> p.VersionStatus:
+        if self.error:
+            return p.VersionStatus(self.number, self.state, "UNKNOWN", self.error)
+        return p.VersionStatus(self.number, self.state)
+
+
+class Model:
+    """A configured model: its spec, every version seen, and the ones serving."""
+
+    def __init__(self, spec: ModelSpec, *, counts_for_readiness: bool) -> None:
+        self.spec = spec
+        self.versions: dict[int, Version] = {}
+        #: The AVAILABLE versions, ascending; replaced (never mutated) under the lock.
+        self.serving: tuple[Version, ...] = ()
+        #: A model added by a live reload does not make the server unready
+        #: until it has been available once (the others keep serving).
+        self.counts_for_readiness = counts_for_readiness
+        self.warned_unlistable = False
+
+
+class Manager:
+    def __init__(self, loader: Loader, events: Events) -> None:
+        self._loader = loader
+        self._events = events
+        self._lock = threading.Lock()
+        #: Name -> Model; replaced (never mutated) under the lock.
+        self._models: dict[str, Model] = {}
+        self.config: ServingConfig | None = None
+        self._collect = False
+
+    # ------------------------------------------------------------------
+    # The request side
+
+    def models(self) -> dict[str, Model]:
+        return self._models
+
+    @contextmanager
+    def lease(self, route: p.Route) -> Iterator[Version]:
+        """The version `route` addresses, kept loaded until the block ends (ApiError if none)."""
+        with self._lock:
+            version = self._find(route)
+            version.in_flight += 1
+        try:
+            yield version
+        finally:
+            with self._lock:
+                version.in_flight -= 1
+                done = version.state == UNLOADING and version.in_flight == 0
+            if done:
+                self._finish_unload(version)
+
+    def check(self, route: p.Route) -> None:
+        """ApiError now if `route` addresses nothing servable (before queueing a predict)."""
+        with self._lock:
+            self._find(route)
+
+    def _find(self, route: p.Route) -> Version:
+        model = self._models.get(route.model)
+        if model is None:
+            raise p.ApiError(404, f"Servable not found for request: {p.servable_request(route)}")
+        serving = model.serving
+        wanted = route.version
+        if route.label is not None:
+            labelled = model.spec.labels.get(route.label)
+            if labelled is None:
+                raise p.bad_request(f"Unrecognized servable version label: {route.label}")
+            wanted = labelled
+        if not serving:
+            raise self._unavailable(model)
+        if wanted is None:
+            return serving[-1]
+        for version in serving:
+            if version.number == wanted:
+                return version
+        raise p.ApiError(
+            404, f"Servable not found for request: Specific({model.spec.name}, {wanted})"
+        )
+
+    @staticmethod
+    def _unavailable(model: Model) -> p.ApiError:
+        name = model.spec.name
+        versions = sorted(model.versions.values(), key=lambda v: v.number)
+        if any(v.state in (START, LOADING) for v in versions):
+            reason = "loading"
+        elif versions and versions[-1].error:
+            return p.ApiError(
+                503,
+                f"Model {name} has no available version: {versions[-1].error}",
+                {"Retry-After": "1"},
+            )
+        else:
+            reason = f"waiting for a version in {model.spec.base_path}"
+        return p.ApiError(
+            503, f"Model {name} is not available yet ({reason}); retry later", {"Retry-After": "1"}
+        )
+
+    def status(self, route: p.Route) -> list[p.VersionStatus]:
+        """Every version's state, newest first (one with route.version), or ApiError(404).
+
+        As in TF Serving, a label in the request is ignored: all versions are listed.
+        """
+        model = self._models.get(route.model)
+        with self._lock:
+            known = [] if model is None else [v.status() for v in model.versions.values()]
+        if route.version is not None:
+            known = [s for s in known if s.version == route.version]
+            if not known:
+                raise p.ApiError(
+                    404, f"Could not find version {route.version} of model {route.model}"
+                )
+        if not known:
+            raise p.ApiError(404, f"Could not find any versions of model {route.model}")
+        return sorted(known, key=lambda s: s.version, reverse=True)
+
+    def readiness(self) -> tuple[list[str], dict[str, list[int]]]:
+        """(models that keep the server unready, name -> versions serving)."""
+        models = self._models
+        serving = {name: [v.number for v in m.serving] for name, m in models.items()}
+        pending = [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
+        return pending, serving
+
+    # ------------------------------------------------------------------
+    # The control side: one thread
+
+    def apply(self, config: ServingConfig, *, initial: bool = False) -> None:
+        """Serve `config`'s models: add new ones, update changed ones, retire removed ones."""
+        finished: list[Version] = []
+        with self._lock:
+            old = self._models
+            models: dict[str, Model] = {}
+            for spec in config.models:
+                model = old.get(spec.name)
+                if model is None:
+                    model = Model(spec, counts_for_readiness=initial)
+                    if not initial:
+                        log.info("model %r added (%s)", spec.name, describe_policy(spec.policy))
+                elif model.spec != spec:
+                    log.info("model %r reconfigured (%s)", spec.name, describe_policy(spec.policy))
+                    model.spec = spec
+                models[spec.name] = model
+            for name, model in old.items():
+                if name not in models:
+                    log.info("model %r removed from the configuration: unloading it", name)
+                    for version in model.serving:
+                        if self._begin_unload(model, version):
+                            finished.append(version)
+            self._models = models
+            self.config = config
+        for version in finished:
+            self._finish_unload(version)
+
+    def sync(self, stop: Callable[[], bool] = lambda: False) -> list[str]:
+        """Bring every model in line with its directory and policy; the load errors."""
+        errors: list[str] = []
+        for model in list(self._models.values()):
+            if stop():
+                break
+            errors.extend(self._sync_model(model, stop))
+        if self._collect:
+            self._collect = False
+            gc.collect()  # a retired TensorFlow model's memory goes back now
+        return errors
+
+    def _sync_model(self, model: Model, stop: Callable[[], bool]) -> list[str]:
+        spec = model.spec
+        found = repository.scan(spec.base_path)
+        if found is None:
+            if not model.warned_unlistable:
+                log.warning(
+                    "cannot list %s (model %r): keeping what is loaded, retrying",
+                    spec.base_path,
+                    spec.name,
+                )
+                model.warned_unlistable = True
+            return []
+        model.warned_unlistable = False
+        aspired = aspired_versions(spec.policy, list(found))
+        todo: list[Version] = []
+        with self._lock:
+            for number in sorted(aspired, reverse=True):  # the newest is available first
+                path = found[number]
+                current = model.versions.get(number)
+                ident = repository.identity(path)
+                retry = (
+                    current is not None
+                    and current.state == END
+                    and (not current.error or current.identity != ident)
+                )
+                if current is None or retry:
+                    version = Version(spec.name, number, path, ident)
+                    model.versions[number] = version
+                    todo.append(version)
+        errors: list[str] = []
+        for version in todo:
+            if stop():
+                return errors
+            error = self._load(model, version)
+            if error:
+                errors.append(error)
+        finished: list[Version] = []
+        with self._lock:
+            # Availability first: retire versions only once a wanted one serves.
+            if any(v.number in aspired for v in model.serving):
+                for version in model.serving:
+                    if version.number not in aspired and self._begin_unload(model, version):
+                        finished.append(version)
+        for version in finished:
+            self._finish_unload(version)
+        with self._lock:
+            self._forget_old(model)
+        return errors
+
+    def _load(self, model: Model, version: Version) -> str:
+        name = model.spec.name
+        with self._lock:
+            version.state = LOADING
+        log.info("loading model %r version %d from %s", name, version.number, version.path)
+        started = time.monotonic()
+        try:
+            servable = self._loader(version.path, version.number)
+            metadata = p.encode(p.metadata_body(name, version.number, servable.signatures))
+        except Exception as err:
+            seconds = time.monotonic() - started
+            message = f"loading {version.path} failed: {type(err).__name__}: {err}"
+            log.debug("loading %s failed", version.path, exc_info=True)
+            with self._lock:
+                version.state, version.error = END, message
+            self._events.version_load_failed(name, seconds)
+            serving = [v.number for v in model.serving]
+            log.error(
+                "model %r: %s; %s",
+                name,
+                message,
+                f"still serving version(s) {serving}" if serving else "no version is serving",
+            )
+            return f"model {name!r}: {message}"
+        seconds = time.monotonic() - started
+        with self._lock:
+            version.servable, version.metadata, version.state = servable, metadata, AVAILABLE
+            model.serving = tuple(sorted((*model.serving, version), key=lambda v: v.number))
+            model.counts_for_readiness = True
+            numbers = [v.number for v in model.serving]
+        self._events.version_loaded(name, seconds, servable.warmup_records)
+        self._events.versions_available(name, numbers)
+        log.info(
+            "model %r version %d is available (loaded in %.2f s, %d warm-up record(s) "
+            "replayed); serving %s; signatures: %s",
+            name,
+            version.number,
+            seconds,
+            servable.warmup_records,
+            numbers,
+            ", ".join(sorted(servable.signatures)),
+        )
+        return ""
+
+    def _begin_unload(self, model: Model, version: Version) -> bool:
+        """Retire `version` (lock held): no new requests; True when none is running."""
+        version.state = UNLOADING
+        model.serving = tuple(v for v in model.serving if v is not version)
+        self._events.versions_available(model.spec.name, [v.number for v in model.serving])
+        log.info(
+            "model %r version %d: unloading once %d request(s) in flight finish",
+            model.spec.name,
+            version.number,
+            version.in_flight,
+        )
+        return version.in_flight == 0
+
+    def _finish_unload(self, version: Version) -> None:
+        with self._lock:
+            if version.state != UNLOADING:
+                return
+            version.state, version.servable, version.metadata = END, None, b""
+        self._collect = True
+        self._events.version_unloaded(version.model)
+        log.info("model %r version %d unloaded", version.model, version.number)
+
+    @staticmethod
+    def _forget_old(model: Model) -> None:
+        ended = sorted(
+            (v for v in model.versions.values() if v.state == END), key=lambda v: v.number
+        )
+        for version in ended[:-END_HISTORY]:
+            del model.versions[version.number]
+
+    # ------------------------------------------------------------------
+    # Start-up and the polling loop
+
+    def _missing(self, waited: float) -> list[str]:
+        """Why start-up is not done: models (or specific versions) not on disk yet."""
+        problems = []
+        for model in self._models.values():
+            spec = model.spec
+            found = repository.scan(spec.base_path) or {}
+            if not found:
+                problems.append(
+                    f"no version of model {spec.name!r} appeared in {spec.base_path} within "
+                    f"{waited:g} s (expected {spec.base_path}/<version>/saved_model.pb)"
+                )
+            elif isinstance(spec.policy, Specific):
+                absent = [v for v in spec.policy.versions if v not in found]
+                if absent:
+                    listed = ", ".join(str(v) for v in absent)
+                    problems.append(
+                        f"{spec.origin}: model_version_policy.specific.versions: version(s) "
+                        f"{listed} did not appear in {spec.base_path} within {waited:g} s "
+                        f"(on disk: {', '.join(str(v) for v in sorted(found))})"
+                    )
+        return problems
+
+    def initial_load(
+        self,
+        wait: float,
+        stop: Callable[[], bool],
+        *,
+        poll: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> str:
+        """Load every model's wanted versions; '' when all serve, else the fatal reason.
+
+        Waits up to `wait` seconds for versions to appear; any load failure is
+        fatal at start-up, as in TF Serving (a broken export should be loud).
+        """
+        started = time.monotonic()
+        while True:
+            errors = self.sync(stop)
+            if errors:
+                return errors[0]
+            waited = time.monotonic() - started
+            missing = self._missing(wait)
+            if not missing or stop():
+                return ""
+            if waited >= wait:
+                return missing[0]
+            sleep(min(poll, wait - waited))
+
+    def run(
+        self,
+        *,
+        wait: float,
+        file_system_poll: float,
+        config_poll: float,
+        reload: Callable[[], ServingConfig] | None,
+        stop: threading.Event,
+        on_fatal: Callable[[str], None],
+    ) -> None:
+        """The manager thread: start-up, then poll directories and the config file."""
+        fatal = self.initial_load(wait, stop.is_set)
+        if fatal:
+            on_fatal(fatal)
+            return
+        self._warn_labels()
+        if file_system_poll <= 0 and (reload is None or config_poll <= 0):
+            return
+        now = time.monotonic()
+        next_scan = now + file_system_poll if file_system_poll > 0 else float("inf")
+        next_read = now + config_poll if reload is not None and config_poll > 0 else float("inf")
+        while not stop.wait(max(0.0, min(next_scan, next_read) - time.monotonic())):
+            now = time.monotonic()
+            if now >= next_read and reload is not None:
+                next_read = now + config_poll
+                self._reload(reload, stop.is_set)
+            if now >= next_scan:
+                next_scan = now + file_system_poll
+                self.sync(stop.is_set)
+
+    def _reload(self, reload: Callable[[], ServingConfig], stop: Callable[[], bool]) -> None:
+        try:
+            config = reload()
+        except ConfigError as err:
+            log.error("%s; keeping the previous configuration", err)
+            self._events.config_reloaded("failure")
+            return
+        if config == self.config:
+            return
+        log.info("model config file changed: %s", ", ".join(config.names()))
+        self.apply(config)
+        self._events.config_reloaded("success")
+        self.sync(stop)  # new models load now, even when directories are not polled
+        self._warn_labels()
+
+    def _warn_labels(self) -> None:
+        for model in self._models.values():
+            serving = {v.number for v in model.serving}
+            for label, number in sorted(model.spec.labels.items()):
+                if number not in serving:
+                    log.warning(
+                        "%s: version_labels %r -> %d: version %d of model %r is not available; "
+                        "requests for the label get 404 until it is",
+                        model.spec.origin,
+                        label,
+                        number,
+                        number,
+                        model.spec.name,
+                    )

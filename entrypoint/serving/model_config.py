@@ -1,0 +1,240 @@
+"""Which models to serve: TF Serving's `--model_config_file`, or one model from flags.
+
+The file is TF Serving's own text-format `ModelServerConfig`, parsed with its
+message definitions (`tensorflow-serving-api`'s `model_server_config_pb2`)
+and protobuf's `text_format`, so a file TF Serving accepts is accepted here
+and a misspelt field is refused the same way. What this module adds are the
+checks TF Serving makes later or not at all, each reported with the file,
+the line of the model's `config {` block and the field (README: "Several
+models: the model config file").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A model configuration that cannot be served; the message names where and why."""
+
+
+@dataclass(frozen=True)
+class Latest:
+    """Serve the `num_versions` highest versions on disk (TF Serving's default: 1)."""
+
+    num_versions: int = 1
+
+
+@dataclass(frozen=True)
+class All:
+    """Serve every version on disk."""
+
+
+@dataclass(frozen=True)
+class Specific:
+    """Serve exactly these versions (once they are on disk)."""
+
+    versions: tuple[int, ...]
+
+
+Policy = Latest | All | Specific
+
+
+def describe_policy(policy: Policy) -> str:
+    if isinstance(policy, Latest):
+        return f"latest {policy.num_versions}"
+    if isinstance(policy, All):
+        return "all"
+    return "specific " + ",".join(str(v) for v in policy.versions)
+
+
+def aspired_versions(policy: Policy, on_disk: Sequence[int]) -> frozenset[int]:
+    """The versions `policy` wants served, given the versions on disk."""
+    if isinstance(policy, Latest):
+        return frozenset(sorted(on_disk)[-policy.num_versions :])
+    if isinstance(policy, All):
+        return frozenset(on_disk)
+    return frozenset(policy.versions) & frozenset(on_disk)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to serve."""
+
+    name: str
+    #: The directory holding the model's numbered version directories.
+    base_path: Path
+    policy: Policy = Latest()
+    #: Label -> version (TF Serving's version_labels).
+    labels: Mapping[str, int] = field(default_factory=dict)
+    #: Where it was configured, for messages: "FILE:LINE" or "--model-name".
+    origin: str = "command line"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    models: tuple[ModelSpec, ...]
+    #: The config file it was read from, or None for the command-line model.
+    path: Path | None = None
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+def check_model_name(name: str) -> str | None:
+    """Why `name` cannot be a model name or label (it is part of URLs), or None."""
+    if not name or name in (".", "..") or "/" in name or ":" in name:
+        return "no '/', ':' or empty name (it is part of the URL)"
+    return None
+
+
+def single_model(name: str, base_path: Path) -> ServingConfig:
+    """The model given on the command line: BASE_PATH is its version directory's parent."""
+    problem = check_model_name(name)
+    if problem:
+        raise ConfigError(f"invalid model name {name!r}: {problem}")
+    return ServingConfig((ModelSpec(name, base_path, origin="--model-name"),))
+
+
+def _config_lines(text: str) -> list[int]:
+    """The 1-based line of each `config` block, in order (comments and strings skipped)."""
+    lines: list[int] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|#.*', "", line)
+        lines.extend(number for _ in re.finditer(r"\bconfig\s*:?\s*[{<]", code))
+    return lines
+
+
+def _policy(proto: Any, where: str) -> Policy:
+    which = proto.WhichOneof("policy_choice")
+    if which is None:
+        return Latest()
+    if which == "latest":
+        # uint32: protobuf refuses negative counts; TF Serving reads 0 (unset) as 1.
+        return Latest(proto.latest.num_versions or 1)
+    if which == "all":
+        return All()
+    versions = tuple(sorted(set(proto.specific.versions)))
+    if not versions:
+        raise ConfigError(
+            f"{where}: model_version_policy.specific lists no versions: expected "
+            "`specific { versions: N }` with at least one version"
+        )
+    if versions[0] < 0:
+        raise ConfigError(
+            f"{where}: model_version_policy.specific.versions has {versions[0]}: "
+            "expected non-negative version numbers"
+        )
+    return Specific(versions)
+
+
+def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
+    problem = check_model_name(proto.name)
+    if problem:
+        raise ConfigError(f"{where}: name {proto.name!r} is invalid: {problem}")
+    where = f"{where} (model {proto.name!r})"
+    platform = proto.model_platform or "tensorflow"
+    if platform != "tensorflow":
+        raise ConfigError(
+            f"{where}: model_platform {proto.model_platform!r} is not supported: "
+            'expected "tensorflow" (SavedModel)'
+        )
+    if proto.HasField("logging_config"):
+        raise ConfigError(
+            f"{where}: logging_config (request logging) is not supported by this server; remove it"
+        )
+    if not proto.base_path:
+        raise ConfigError(f"{where}: base_path is missing: expected the model's directory")
+    base_path = Path(proto.base_path)
+    if not base_path.is_absolute():
+        base_path = base_dir / base_path
+    if not base_path.is_dir():
+        shown = repr(proto.base_path)
+        if str(base_path) != proto.base_path:
+            shown += f" (from the file's directory: {base_path})"
+        raise ConfigError(
+            f"{where}: base_path {shown} is not a directory: expected the directory holding "
+            "the model's numbered version directories"
+        )
+    labels: dict[str, int] = {}
+    for label, version in sorted(proto.version_labels.items()):
+        problem = check_model_name(label)
+        if problem:
+            raise ConfigError(f"{where}: version_labels key {label!r} is invalid: {problem}")
+        if version < 0:
+            raise ConfigError(
+                f"{where}: version_labels {label!r} -> {version}: expected a version number"
+            )
+        labels[label] = int(version)
+    return ModelSpec(
+        name=proto.name,
+        base_path=base_path,
+        policy=_policy(proto.model_version_policy, where),
+        labels=labels,
+        origin=where,
+    )
+
+
+def parse_model_config(text: str, path: Path) -> ServingConfig:
+    """A ServingConfig from the text of TF Serving's model config file at `path`.
+
+    Raises ConfigError naming the file, line and field for anything this
+    server cannot serve: a syntax error or unknown field (protobuf's own
+    message), a custom_model_config, no models, a name listed twice, a
+    missing base path, an empty `specific` policy, an unsupported platform.
+    Relative base paths are taken from the file's directory.
+    """
+    from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
+    from tensorflow_serving.config import model_server_config_pb2  # noqa: PLC0415
+
+    message = model_server_config_pb2.ModelServerConfig()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as err:
+        line, column = err.GetLine(), err.GetColumn()
+        detail = str(err)
+        if line is not None:
+            detail = re.sub(r"^\d+:\d+ : ", "", detail)
+            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
+        raise ConfigError(f"{path}: {detail}") from None
+    which = message.WhichOneof("config")
+    if which == "custom_model_config":
+        raise ConfigError(
+            f"{path}: custom_model_config is not supported: expected model_config_list"
+        )
+    configs = list(message.model_config_list.config) if which else []
+    if not configs:
+        raise ConfigError(
+            f"{path}: no models: expected model_config_list {{ config {{ name: ... "
+            "base_path: ... }} }}"
+        )
+    lines = _config_lines(text)
+    models: list[ModelSpec] = []
+    seen: dict[str, str] = {}
+    for index, proto in enumerate(configs):
+        line = lines[index] if index < len(lines) else None
+        where = f"{path}:{line}" if line else f"{path} (config #{index + 1})"
+        spec = _model(proto, where, path.parent)
+        if spec.name in seen:
+            raise ConfigError(
+                f"{where}: name {spec.name!r} is listed twice (first at {seen[spec.name]}): "
+                "TF Serving refuses this too (Illegal to list model "
+                f"{spec.name} multiple times in config list)"
+            )
+        seen[spec.name] = where.split(" (", maxsplit=1)[0]
+        models.append(spec)
+    return ServingConfig(tuple(models), path)
+
+
+def read_model_config(path: Path) -> ServingConfig:
+    """parse_model_config() of the file at `path`; ConfigError if it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(f"{path}: cannot read the model config file: {reason}") from None
+    return parse_model_config(text, path)

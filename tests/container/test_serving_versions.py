@@ -1,0 +1,419 @@
+"""The model server's lifecycle in the real image: swaps under load, policies, labels,
+TF Serving's model config file (live edits too), warm-up records, bad configurations.
+
+Models are tiny SavedModels made in the image by make_models.py: version V of
+"plus" answers y = x + V, so every answer tells which version served it. All
+traffic goes to 127.0.0.1; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from docker.models.containers import Container
+
+from tests.container.dockerkit import Containers, poll, remove
+
+HERE = Path(__file__).resolve().parent
+READY_TIMEOUT = 180
+
+
+@dataclass
+class Server:
+    container: Container
+    url: str
+
+    def get(self, path: str) -> httpx2.Response:
+        return httpx2.get(self.url + path, timeout=30)
+
+    def post(self, path: str, body: Any) -> httpx2.Response:
+        return httpx2.post(self.url + path, json=body, timeout=30)
+
+    def predict(self, path: str, x: float = 0.0) -> float:
+        response = self.post(path, {"instances": [x]})
+        assert response.status_code == 200, response.text
+        value: float = response.json()["predictions"][0]
+        return value
+
+    def states(self, model: str) -> dict[int, str]:
+        response = self.get(f"/v1/models/{model}")
+        if response.status_code != 200:
+            return {}
+        return {int(v["version"]): v["state"] for v in response.json()["model_version_status"]}
+
+    def metric(self, name: str, **labels: str) -> float:
+        text = self.get("/metrics").text
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            match = re.fullmatch(r"([^{ ]+)(?:\{([^}]*)\})? (\S+)", line)
+            if match and match.group(1) == name:
+                found = ",".join(sorted((match.group(2) or "").split(",")))
+                if found == ",".join(sorted(wanted.split(","))):
+                    return float(match.group(3))
+        return 0.0
+
+    def logs(self) -> str:
+        return self.container.logs().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """plus/1..3 and warm/1 (5 warm-up records), exported once in the image."""
+    root = tmp_path_factory.mktemp("library")
+    root.chmod(0o777)
+    for args in (["/models/plus", "1", "2", "3"], ["/models/warm", "1", "--warmup", "5"]):
+        ran = containers.run(
+            ["python", "/t/make_models.py", *args],
+            volumes={
+                str(root): {"bind": "/models", "mode": "rw"},
+                str(HERE): {"bind": "/t", "mode": "ro"},
+            },
+            timeout=300,
+        )
+        assert ran.exit_code == 0, ran.stderr
+    return root
+
+
+def models_dir(tmp_path: Path, library: Path, **wanted: list[int]) -> Path:
+    """tmp_path/models with copies of library versions: models_dir(..., plus=[1, 2])."""
+    root = tmp_path / "models"
+    for name, versions in wanted.items():
+        for version in versions:
+            shutil.copytree(library / name / str(version), root / name / str(version))
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@contextmanager
+def serving(
+    containers: Containers, models: Path, *args: str, config: Path | None = None
+) -> Iterator[Server]:
+    volumes = {str(models): {"bind": "/models", "mode": "ro"}}
+    if config is not None:
+        volumes[str(config)] = {"bind": "/config", "mode": "ro"}
+    container = containers.start(
+        ["serve", "--wait-for-model", "60", *args],
+        volumes=volumes,
+        nano_cpus=1_000_000_000,  # --cpus 1: the server sizes itself to it
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(container, f"http://127.0.0.1:{port}")
+
+        def ready() -> bool:
+            container.reload()
+            assert container.status == "running", server.logs()
+            try:
+                return server.get("/readyz").status_code == 200
+            except httpx2.TransportError:
+                return False
+
+        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+        yield server
+    finally:
+        remove(container)
+
+
+def swap_in(model_dir: Path, library_version: Path, version: int) -> None:
+    """Copy an export beside the model, then rename it into place (the atomic way)."""
+    staged = model_dir / f".staged-{version}"
+    shutil.copytree(library_version, staged)
+    staged.rename(model_dir / str(version))
+
+
+# -- versions while serving
+
+
+def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1])
+    staged = models / "plus" / ".staged-2"  # not a version yet: the server ignores it
+    shutil.copytree(library / "plus" / "2", staged)
+    with serving(
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5"
+    ) as server:
+        stop = threading.Event()
+        lock = threading.Lock()
+        # (sent at, received at, status, y) for every predict; readiness answers.
+        answers: list[tuple[float, float, int, float | None]] = []
+        ready: list[int] = []
+
+        def client() -> None:
+            with httpx2.Client(base_url=server.url, timeout=30) as http:
+                while not stop.is_set():
+                    sent = time.monotonic()
+                    response = http.post("/v1/models/plus:predict", json={"instances": [10.0]})
+                    y = response.json()["predictions"][0] if response.status_code == 200 else None
+                    with lock:
+                        answers.append((sent, time.monotonic(), response.status_code, y))
+
+        def probe() -> None:
+            with httpx2.Client(base_url=server.url, timeout=30) as http:
+                while not stop.is_set():
+                    ready.append(http.get("/readyz").status_code)
+                    time.sleep(0.05)
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        threads.append(threading.Thread(target=probe))
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(2)  # steady load on version 1
+            renamed = time.monotonic()
+            staged.rename(models / "plus" / "2")
+
+            def swapped() -> bool:
+                with lock:
+                    return any(y == 12.0 for _, _, _, y in answers)
+
+            assert poll(swapped, 120, 0.05), server.logs()
+            time.sleep(2)  # and steady load on version 2
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+        failed = [a for a in answers if a[2] != 200]
+        assert failed == [], server.logs()
+        assert {y for *_, y in answers} == {11.0, 12.0}
+        first_v2 = min(received for _, received, _, y in answers if y == 12.0)
+        # Once version 2 has answered, every request sent afterwards gets version 2.
+        late_v1 = [a for a in answers if a[0] > first_v2 and a[3] == 11.0]
+        assert late_v1 == []
+        assert ready
+        assert set(ready) == {200}
+        assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 30)
+        assert server.metric("serving_model_loads_total", model="plus", result="success") == 2
+        assert server.metric("serving_model_unloads_total", model="plus", result="success") == 1
+        print(
+            f"swap: {len(answers)} predicts, 0 failed; first answer from version 2 "
+            f"{first_v2 - renamed:.2f} s after the rename"
+        )
+
+
+def test_a_broken_new_version_leaves_the_old_one_serving(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1])
+    with serving(
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5"
+    ) as server:
+        broken = models / "plus" / ".staged-2"
+        shutil.copytree(library / "plus" / "2", broken)
+        (broken / "saved_model.pb").write_bytes(b"\x08\x01 truncated")
+        broken.rename(models / "plus" / "2")
+        assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
+        status = {v["version"]: v for v in server.get("/v1/models/plus").json()[
+            "model_version_status"
+        ]}  # fmt: skip
+        assert status["2"]["status"]["error_code"] == "UNKNOWN"
+        assert "failed" in status["2"]["status"]["error_message"]
+        assert status["1"]["state"] == "AVAILABLE"
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        assert server.get("/readyz").status_code == 200
+        assert server.metric("serving_model_loads_total", model="plus", result="failure") == 1
+        assert "no version is serving" not in server.logs()
+        assert "still serving version(s) [1]" in server.logs()
+        # Replaced by a good export (renamed into place): loaded and swapped in.
+        shutil.rmtree(models / "plus" / "2")
+        swap_in(models / "plus", library / "plus" / "2", 2)
+        assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
+        assert server.predict("/v1/models/plus:predict") == 2.0
+
+
+# -- TF Serving's model config file
+
+
+SEVERAL = """
+model_config_list {
+  config {
+    name: "all"
+    base_path: "/models/plus"
+    model_platform: "tensorflow"
+    model_version_policy { all {} }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: "canary" value: 3 }
+    version_labels { key: "ghost" value: 7 }
+  }
+  config {
+    name: "pinned"
+    base_path: "/models/plus"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 2 } }
+  }
+  config {
+    name: "latest2"
+    base_path: "/models/plus"
+    model_platform: "tensorflow"
+    model_version_policy { latest { num_versions: 2 } }
+  }
+  config {
+    name: "warm"
+    base_path: "/models/warm"
+    model_platform: "tensorflow"
+  }
+}
+"""
+
+
+def write_config(directory: Path, text: str) -> None:
+    """Write models.config the way an operator should: beside it, then rename."""
+    directory.mkdir(exist_ok=True)
+    staged = directory / ".models.config.new"
+    staged.write_text(text)
+    staged.rename(directory / "models.config")
+
+
+def test_several_models_policies_labels_and_warm_up_from_the_config_file(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1, 2, 3], warm=[1])
+    write_config(tmp_path / "config", SEVERAL)
+    with serving(
+        containers, models, "--model_config_file=/config/models.config", config=tmp_path / "config"
+    ) as server:
+        ready = server.get("/readyz").json()
+        assert ready == {
+            "status": "ready",
+            "models": {"all": [1, 2, 3], "pinned": [2], "latest2": [2, 3], "warm": [1]},
+        }
+        assert server.states("all") == {3: "AVAILABLE", 2: "AVAILABLE", 1: "AVAILABLE"}
+        assert server.states("pinned") == {2: "AVAILABLE"}
+        assert server.states("latest2") == {3: "AVAILABLE", 2: "AVAILABLE"}
+        assert server.predict("/v1/models/all:predict") == 3.0
+        assert server.predict("/v1/models/all/versions/1:predict") == 1.0
+        assert server.predict("/v1/models/all/labels/stable:predict") == 1.0
+        assert server.predict("/v1/models/all/labels/canary:predict") == 3.0
+        assert server.predict("/v1/models/pinned:predict") == 2.0
+        assert server.predict("/v1/models/latest2/versions/2:predict") == 2.0
+        metadata = server.get("/v1/models/all/labels/stable/metadata")
+        assert metadata.json()["model_spec"]["version"] == "1"
+        for path, code, message in (
+            ("all/labels/nope", 400, "Unrecognized servable version label: nope"),
+            ("all/labels/ghost", 404, "Servable not found for request: Specific(all, 7)"),
+            ("pinned/versions/3", 404, "Servable not found for request: Specific(pinned, 3)"),
+            ("latest2/versions/1", 404, "Servable not found for request: Specific(latest2, 1)"),
+        ):
+            response = server.post(f"/v1/models/{path}:predict", {"instances": [0.0]})
+            assert (response.status_code, response.json()) == (code, {"error": message})
+        assert server.metric("serving_model_warmup_records_total", model="warm") == 5
+        assert "5 warm-up record(s) replayed" in server.logs()
+        assert server.metric("serving_requests_total", api="predict", code="200", model="all") == 4
+        assert server.metric("serving_model_versions_available", model="all") == 3
+        # A ghost label points at a version that does not exist: said at start.
+        assert "version_labels 'ghost' -> 7" in server.logs()
+
+
+def test_models_are_added_and_removed_by_editing_the_config_file(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1], warm=[1])
+    one = 'model_config_list { config { name: "%s" base_path: "/models/%s" } }'
+    write_config(tmp_path / "config", one % ("a", "plus"))
+    with serving(
+        containers,
+        models,
+        "--model_config_file",
+        "/config/models.config",
+        "--model_config_file_poll_wait_seconds=0.5",
+        config=tmp_path / "config",
+    ) as server:
+        assert server.predict("/v1/models/a:predict") == 1.0
+        write_config(tmp_path / "config", one % ("b", "warm"))
+        assert poll(lambda: server.states("b") == {1: "AVAILABLE"}, 60), server.logs()
+        assert poll(lambda: server.get("/v1/models/a").status_code == 404, 30), server.logs()
+        assert server.predict("/v1/models/b:predict") == 1.0
+        assert server.get("/readyz").json() == {"status": "ready", "models": {"b": [1]}}
+        # A broken edit is refused and logged; the previous configuration keeps serving.
+        write_config(tmp_path / "config", "model_config_list { config { nme: 'c' } }")
+        assert poll(lambda: "keeping the previous configuration" in server.logs(), 30)
+        assert server.predict("/v1/models/b:predict") == 1.0
+        assert server.metric("serving_model_config_reloads_total", result="failure") >= 1
+        assert server.metric("serving_model_config_reloads_total", result="success") == 1
+        assert server.metric("serving_model_unloads_total", model="a", result="success") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "expected"),
+    [
+        (
+            "model_config_list {\n  config {\n    nme: 'a'\n  }\n}\n",
+            78,
+            '/config/models.config:3:5: Message type "tensorflow.serving.ModelConfig" has no '
+            'field named "nme".',
+        ),
+        (
+            "model_config_list {\n config { name: 'a' base_path: '/models/plus' }\n"
+            " config { name: 'a' base_path: '/models/plus' }\n}\n",
+            78,
+            "/config/models.config:3: name 'a' is listed twice (first at /config/models.config:2)",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/models/none' } }",
+            78,
+            "/config/models.config:1 (model 'a'): base_path '/models/none' is not a directory",
+        ),
+        (
+            "model_config_list {\n config { name: 'a' base_path: '/models/plus'\n"
+            "   model_version_policy { specific { versions: 1 versions: 9 } } }\n}\n",
+            1,
+            "/config/models.config:2 (model 'a'): model_version_policy.specific.versions: "
+            "version(s) 9 did not appear in /models/plus within 3 s (on disk: 1)",
+        ),
+    ],
+)
+def test_a_bad_model_config_stops_the_server_with_file_line_and_field(  # noqa: PLR0917
+    containers: Containers, library: Path, tmp_path: Path, text: str, code: int, expected: str
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1])
+    write_config(tmp_path / "config", text)
+    ran = containers.run(
+        ["serve", "--model_config_file=/config/models.config", "--wait-for-model", "3"],
+        volumes={
+            str(models): {"bind": "/models", "mode": "ro"},
+            str(tmp_path / "config"): {"bind": "/config", "mode": "ro"},
+        },
+        timeout=180,
+    )
+    assert ran.exit_code == code, ran.stderr
+    assert expected in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert ran.stdout == ""
+
+
+def test_the_config_file_from_the_environment(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, warm=[1])
+    write_config(
+        tmp_path / "config", 'model_config_list { config { name: "w" base_path: "/models/warm" } }'
+    )
+    container = containers.start(
+        ["serve", "--wait-for-model", "60", "--file_system_poll_wait_seconds=0"],
+        environment={"MODEL_CONFIG_FILE": "/config/models.config"},
+        volumes={
+            str(models): {"bind": "/models", "mode": "ro"},
+            str(tmp_path / "config"): {"bind": "/config", "mode": "ro"},
+        },
+    )
+    try:
+        assert poll(lambda: "is available" in container.logs().decode(), READY_TIMEOUT)
+        logs = container.logs().decode()
+        assert "serving 1 model(s) (from /config/models.config): 'w' from /models/warm" in logs
+        assert "versions loaded once" in logs
+    finally:
+        remove(container)
+    assert os.path.isdir(models / "warm" / "1")

@@ -1,0 +1,224 @@
+"""TF Serving's model config file, parsed with its own message definitions (no TensorFlow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tf_entrypoint.serving.config import PlannedCpus, UsageError, parse_config
+from tf_entrypoint.serving.model_config import (
+    All,
+    ConfigError,
+    Latest,
+    ModelSpec,
+    Specific,
+    aspired_versions,
+    parse_model_config,
+    read_model_config,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "models.config"
+    path.write_text(text)
+    return path
+
+
+def dirs(tmp_path: Path, *names: str) -> None:
+    for name in names:
+        (tmp_path / name).mkdir()
+
+
+TWO_MODELS = """
+# Two models, as TF Serving's docs write them.
+model_config_list {
+  config {
+    name: 'half'
+    base_path: '%(root)s/half'
+    model_platform: 'tensorflow'
+    model_version_policy { specific { versions: 1 versions: 2 } }
+    version_labels { key: 'stable' value: 1 }
+    version_labels { key: 'canary' value: 2 }
+  }
+  config {
+    name: "mlp"
+    base_path: "mlp"
+    model_version_policy: { all: {} }
+  }
+  config: { name: "newest" base_path: "%(root)s/newest" model_version_policy { latest { num_versions: 2 } } }
+}
+"""  # noqa: E501 - one-line form on purpose
+
+
+def test_two_models_with_policies_labels_and_a_relative_base_path(tmp_path: Path) -> None:
+    dirs(tmp_path, "half", "mlp", "newest")
+    path = write(tmp_path, TWO_MODELS % {"root": tmp_path})
+    config = read_model_config(path)
+    assert config.path == path
+    half, mlp, newest = config.models
+    assert half == ModelSpec(
+        "half",
+        tmp_path / "half",
+        Specific((1, 2)),
+        {"canary": 2, "stable": 1},
+        origin=f"{path}:4 (model 'half')",
+    )
+    assert (mlp.base_path, mlp.policy, mlp.labels) == (tmp_path / "mlp", All(), {})
+    assert mlp.origin == f"{path}:12 (model 'mlp')"
+    assert newest.policy == Latest(2)
+    assert newest.origin.startswith(f"{path}:17 ")
+
+
+def test_latest_without_a_count_is_one(tmp_path: Path) -> None:
+    dirs(tmp_path, "m")
+    text = f'model_config_list {{ config {{ name: "m" base_path: "{tmp_path}/m" '
+    text += "model_version_policy { latest {} } } }"
+    assert read_model_config(write(tmp_path, text)).models[0].policy == Latest(1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("model_config_list {\n config {\n nme: 'a' } }", ":3:2: Message type "),
+        ("model_config_list { config { name: 'a' ", ":1:"),
+        ("", "no models: expected model_config_list"),
+        ("model_config_list {}", "no models"),
+        (
+            "custom_model_config { type_url: 'x' }",
+            "custom_model_config is not supported",
+        ),
+        (
+            "model_config_list {\n config { name: 'a' base_path: '%(root)s/a' }\n"
+            " config { name: 'a' base_path: '%(root)s/a' } }",
+            ":3: name 'a' is listed twice (first at %(path)s:2)",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '%(root)s/nowhere' } }",
+            ":1 (model 'a'): base_path '%(root)s/nowhere' is not a directory",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: 'rel' } }",
+            "base_path 'rel' (from the file's directory: %(root)s/rel) is not a directory",
+        ),
+        ("model_config_list { config { name: 'a' } }", "base_path is missing"),
+        ("model_config_list { config { base_path: '/' } }", "name '' is invalid"),
+        ("model_config_list { config { name: 'a/b' base_path: '/' } }", "name 'a/b' is invalid"),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' model_platform: 'tflite' } }",
+            "model_platform 'tflite' is not supported",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "model_version_policy { specific {} } } }",
+            "model_version_policy.specific lists no versions",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "model_version_policy { specific { versions: -1 } } } }",
+            "model_version_policy.specific.versions has -1",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "model_version_policy { latest { num_versions: -2 } } } }",
+            "Value out of range: -2",  # protobuf's own check (uint32)
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "version_labels { key: 'x:y' value: 1 } } }",
+            "version_labels key 'x:y' is invalid",
+        ),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "logging_config { sampling_config { sampling_rate: 1 } } } }",
+            "logging_config (request logging) is not supported",
+        ),
+    ],
+)
+def test_bad_files_name_the_file_line_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    dirs(tmp_path, "a")
+    path = write(tmp_path, text % {"root": tmp_path})
+    with pytest.raises(ConfigError) as caught:
+        read_model_config(path)
+    message = str(caught.value)
+    assert message.startswith(str(path))
+    assert expected % {"root": tmp_path, "path": path} in message
+
+
+def test_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the model config file"):
+        read_model_config(tmp_path / "missing.config")
+
+
+def test_line_numbers_skip_comments_and_strings(tmp_path: Path) -> None:
+    dirs(tmp_path, "a", "b")
+    text = (
+        "# config { in a comment\n"
+        "model_config_list {\n"
+        f"  config {{ name: 'a' base_path: '{tmp_path}/a' }}  # config {{\n"
+        "  config {\n"
+        f"    name: 'b' base_path: '{tmp_path}/b'\n"
+        "  }\n"
+        "}\n"
+    )
+    a, b = parse_model_config(text, tmp_path / "f").models
+    assert (a.origin, b.origin) == (f"{tmp_path}/f:3 (model 'a')", f"{tmp_path}/f:4 (model 'b')")
+
+
+@given(
+    st.lists(st.integers(0, 50), unique=True, max_size=8),
+    st.integers(1, 5),
+    st.lists(st.integers(0, 50), min_size=1, max_size=5),
+)
+def test_aspired_versions_follow_tf_servings_policies(
+    on_disk: list[int], count: int, specific: list[int]
+) -> None:
+    assert aspired_versions(Latest(count), on_disk) == set(sorted(on_disk)[-count:])
+    assert aspired_versions(All(), on_disk) == set(on_disk)
+    assert aspired_versions(Specific(tuple(sorted(set(specific)))), on_disk) == set(specific) & set(
+        on_disk
+    )
+
+
+def test_the_server_reads_the_file_from_the_flag_in_both_spellings_or_the_variable(
+    tmp_path: Path,
+) -> None:
+    dirs(tmp_path, "half", "mlp", "newest")
+    path = write(tmp_path, TWO_MODELS % {"root": tmp_path})
+    budget = PlannedCpus(1, "test")
+    for argv, env in (
+        ([f"--model_config_file={path}"], {}),
+        (["--model_config_file", str(path)], {}),
+        ([f"--model-config-file={path}"], {}),
+        ([], {"MODEL_CONFIG_FILE": str(path)}),
+    ):
+        conf = parse_config(argv, env, budget=budget)
+        assert conf.models.names() == ["half", "mlp", "newest"]
+        assert conf.notes == ()
+    conf = parse_config(
+        [
+            "--model_config_file",
+            str(path),
+            "--model-name",
+            "x",
+            "--model_config_file_poll_wait_seconds=5",
+            "--file_system_poll_wait_seconds",
+            "0",
+        ],
+        {},
+        budget=budget,
+    )
+    assert (conf.model_config_file_poll_wait, conf.file_system_poll_wait) == (5.0, 0.0)
+    assert conf.notes == (
+        f"--model-name is ignored: the model config file {path} lists the models",
+    )
+
+
+def test_a_bad_file_is_a_config_error_and_a_bad_flag_a_usage_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "model_config_list { config { name: 'a' } }")
+    with pytest.raises(ConfigError, match="base_path is missing"):
+        parse_config([f"--model_config_file={path}"], {}, budget=PlannedCpus(1, "t"))
+    with pytest.raises(UsageError):
+        parse_config(["--file_system_poll_wait_seconds=-1"], {}, budget=PlannedCpus(1, "t"))

@@ -1,0 +1,419 @@
+"""Model versions while serving: policies, swaps, unloads, labels, live config (no TensorFlow)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.model_config import (
+    All,
+    ConfigError,
+    Latest,
+    ModelSpec,
+    Policy,
+    ServingConfig,
+    Specific,
+)
+
+F32 = p.TensorSpec("DT_FLOAT", (-1,))
+
+
+class Fake:
+    """A servable that answers x + version."""
+
+    signatures: Mapping[str, p.Signature] = {"serving_default": p.Signature({"x": F32}, {"y": F32})}
+
+    def __init__(self, version: int, warmup_records: int = 0) -> None:
+        self.version = version
+        self.warmup_records = warmup_records
+
+    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
+        x = inputs["x"]
+        return {"y": p.Tensor("DT_FLOAT", x.shape, [v + self.version for v in x.values])}
+
+
+class Loader:
+    """Records loads; fails for the directories in `broken`."""
+
+    def __init__(self, warmup_records: int = 0) -> None:
+        self.loaded: list[tuple[str, int]] = []
+        self.broken: set[Path] = set()
+        self.warmup_records = warmup_records
+
+    def __call__(self, directory: Path, version: int) -> Fake:
+        self.loaded.append((directory.parent.name, version))
+        if directory in self.broken:
+            raise OSError(f"{directory}/variables is incomplete")
+        return Fake(version, self.warmup_records)
+
+
+def export(base: Path, version: int, name: str = "m") -> Path:
+    directory = base / name / str(version)
+    directory.mkdir(parents=True)
+    (directory / "saved_model.pb").write_bytes(b"")
+    return directory
+
+
+LATEST = Latest()
+
+
+def spec(base: Path, policy: Policy = LATEST, name: str = "m", **labels: int) -> ModelSpec:
+    return ModelSpec(name, base / name, policy, labels, origin=f"test.config:1 (model {name!r})")
+
+
+def manager_for(*specs: ModelSpec, loader: Loader | None = None) -> tuple[Manager, Metrics]:
+    metrics = Metrics()
+    manager = Manager(loader or Loader(), metrics)
+    manager.apply(ServingConfig(specs), initial=True)
+    return manager, metrics
+
+
+def states(manager: Manager, name: str = "m") -> dict[int, str]:
+    return {s.version: s.state for s in manager.status(p.Route("status", name))}
+
+
+def route(kind: p.Kind = "predict", name: str = "m", version: int | None = None) -> p.Route:
+    return p.Route(kind, name, version)
+
+
+def served(manager: Manager, r: p.Route | None = None) -> int:
+    with manager.lease(r or route()) as version:
+        return version.number
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_new_version_is_loaded_then_the_old_one_unloaded(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    loader = Loader(warmup_records=3)
+    manager, metrics = manager_for(spec(tmp_path), loader=loader)
+    assert manager.initial_load(1, lambda: False) == ""
+    assert (served(manager), states(manager)) == (1, {1: AVAILABLE})
+    export(tmp_path, 2)
+    assert manager.sync() == []
+    assert served(manager) == 2
+    assert states(manager) == {2: AVAILABLE, 1: END}
+    assert loader.loaded == [("m", 1), ("m", 2)]
+    assert sample(metrics, "serving_model_loads_total", model="m", result="success") == 2
+    assert sample(metrics, "serving_model_unloads_total", model="m", result="success") == 1
+    assert sample(metrics, "serving_model_warmup_records_total", model="m") == 6
+    assert sample(metrics, "serving_model_load_duration_seconds_count", model="m") == 2
+    assert sample(metrics, "serving_model_versions_available", model="m") == 1
+    assert sample(metrics, "serving_model_version", model="m") == 2
+    # The status API lists every version newest first, like TF Serving's.
+    body = p.status_body(manager.status(route("status")))
+    assert [v["version"] for v in body["model_version_status"]] == ["2", "1"]
+
+
+def test_a_retired_version_finishes_its_requests_before_it_is_unloaded(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, metrics = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    with manager.lease(route()) as running:
+        assert running.number == 1
+        export(tmp_path, 2)
+        manager.sync()
+        # New requests go to 2 at once; 1 stays loaded for the request running on it.
+        assert served(manager) == 2
+        assert states(manager) == {2: AVAILABLE, 1: UNLOADING}
+        assert running.servable is not None
+        assert sample(metrics, "serving_model_unloads_total", model="m", result="success") == 0
+        with pytest.raises(p.ApiError) as gone:
+            manager.check(route(version=1))
+        assert (gone.value.status, gone.value.message) == (
+            404,
+            "Servable not found for request: Specific(m, 1)",
+        )
+    assert states(manager) == {2: AVAILABLE, 1: END}
+    assert running.servable is None
+    assert sample(metrics, "serving_model_unloads_total", model="m", result="success") == 1
+
+
+def test_a_broken_new_version_leaves_the_old_one_serving(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    loader = Loader()
+    manager, metrics = manager_for(spec(tmp_path), loader=loader)
+    manager.initial_load(1, lambda: False)
+    broken = export(tmp_path, 2)
+    loader.broken.add(broken)
+    errors = manager.sync()
+    assert len(errors) == 1
+    assert "variables is incomplete" in errors[0]
+    assert served(manager) == 1
+    status = {s.version: s for s in manager.status(route("status"))}
+    assert (status[2].state, status[2].error_code) == (END, "UNKNOWN")
+    assert "variables is incomplete" in status[2].error_message
+    assert status[1].state == AVAILABLE
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 1
+    # Not retried while the same files are there ...
+    manager.sync()
+    assert loader.loaded.count(("m", 2)) == 1
+    # ... but retried once the directory is replaced (the recommended rename).
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "saved_model.pb").write_bytes(b"")
+    (broken / "saved_model.pb").unlink()
+    broken.rmdir()
+    fixed.rename(broken)
+    loader.broken.clear()
+    assert manager.sync() == []
+    assert served(manager) == 2
+    assert states(manager) == {2: AVAILABLE, 1: END}
+
+
+def test_an_incomplete_directory_is_not_a_version(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    (tmp_path / "m" / "2").mkdir()  # no saved_model.pb yet
+    (tmp_path / "m" / ".tmp-3").mkdir()
+    manager.sync()
+    assert states(manager) == {1: AVAILABLE}
+
+
+def test_policy_all_serves_every_version_and_unloads_deleted_ones(tmp_path: Path) -> None:
+    for version in (1, 2, 3):
+        export(tmp_path, version)
+    manager, metrics = manager_for(spec(tmp_path, All()))
+    manager.initial_load(1, lambda: False)
+    assert states(manager) == {3: AVAILABLE, 2: AVAILABLE, 1: AVAILABLE}
+    assert [served(manager, route(version=v)) for v in (1, 2, 3)] == [1, 2, 3]
+    assert served(manager) == 3
+    assert sample(metrics, "serving_model_versions_available", model="m") == 3
+    (tmp_path / "m" / "2" / "saved_model.pb").unlink()
+    manager.sync()
+    assert states(manager) == {3: AVAILABLE, 2: END, 1: AVAILABLE}
+
+
+def test_policy_latest_n(tmp_path: Path) -> None:
+    for version in (1, 2, 3):
+        export(tmp_path, version)
+    manager, _ = manager_for(spec(tmp_path, Latest(2)))
+    manager.initial_load(1, lambda: False)
+    assert states(manager) == {3: AVAILABLE, 2: AVAILABLE}
+    export(tmp_path, 4)
+    manager.sync()
+    assert states(manager) == {4: AVAILABLE, 3: AVAILABLE, 2: END}
+
+
+def test_policy_specific(tmp_path: Path) -> None:
+    for version in (1, 2, 3):
+        export(tmp_path, version)
+    loader = Loader()
+    manager, _ = manager_for(spec(tmp_path, Specific((1, 3))), loader=loader)
+    manager.initial_load(1, lambda: False)
+    assert states(manager) == {3: AVAILABLE, 1: AVAILABLE}
+    assert sorted(v for _, v in loader.loaded) == [1, 3]
+    export(tmp_path, 4)
+    manager.sync()
+    assert states(manager) == {3: AVAILABLE, 1: AVAILABLE}
+
+
+def test_a_specific_version_that_never_appears_is_fatal_at_start(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path, Specific((1, 7))))
+    fatal = manager.initial_load(0.2, lambda: False, poll=0.05)
+    assert fatal == (
+        "test.config:1 (model 'm'): model_version_policy.specific.versions: version(s) 7 did "
+        f"not appear in {tmp_path / 'm'} within 0.2 s (on disk: 1)"
+    )
+
+
+def test_no_version_and_a_failed_first_load_are_fatal_at_start(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    manager, _ = manager_for(spec(tmp_path))
+    fatal = manager.initial_load(0.1, lambda: False, poll=0.05)
+    assert fatal.startswith(f"no version of model 'm' appeared in {tmp_path / 'm'} within 0.1 s")
+    loader = Loader()
+    broken = export(tmp_path, 1)
+    loader.broken.add(broken)
+    manager, _ = manager_for(spec(tmp_path), loader=loader)
+    assert manager.initial_load(1, lambda: False) == (
+        f"model 'm': loading {broken} failed: OSError: {broken}/variables is incomplete"
+    )
+
+
+def test_labels_resolve_like_tf_serving(tmp_path: Path) -> None:
+    for version in (1, 2):
+        export(tmp_path, version)
+    manager, _ = manager_for(spec(tmp_path, All(), stable=1, canary=2, future=9))
+    manager.initial_load(1, lambda: False)
+    assert served(manager, p.Route("predict", "m", None, "stable")) == 1
+    assert served(manager, p.Route("predict", "m", None, "canary")) == 2
+    with pytest.raises(p.ApiError) as unknown:
+        manager.check(p.Route("predict", "m", None, "nope"))
+    assert (unknown.value.status, unknown.value.message) == (
+        400,
+        "Unrecognized servable version label: nope",
+    )
+    with pytest.raises(p.ApiError) as unavailable:
+        manager.check(p.Route("predict", "m", None, "future"))
+    assert (unavailable.value.status, unavailable.value.message) == (
+        404,
+        "Servable not found for request: Specific(m, 9)",
+    )
+    # TF Serving's status API ignores a label: every version is listed.
+    assert len(manager.status(p.Route("status", "m", None, "stable"))) == 2
+
+
+def test_the_config_adds_changes_and_removes_models_live(tmp_path: Path) -> None:
+    export(tmp_path, 1, "a")
+    export(tmp_path, 1, "b")
+    manager, metrics = manager_for(spec(tmp_path, name="a"))
+    manager.initial_load(1, lambda: False)
+    assert manager.readiness() == ([], {"a": [1]})
+    with manager.lease(route(name="a")) as held:
+        manager.apply(ServingConfig((spec(tmp_path, name="b"),)))
+        assert manager.readiness() == ([], {"b": []})  # added live: not a reason to be unready
+        manager.sync()
+        assert manager.readiness() == ([], {"b": [1]})
+        with pytest.raises(p.ApiError) as gone:
+            manager.check(route(name="a"))
+        assert gone.value.status == 404
+        assert held.state == UNLOADING
+        assert held.servable is not None
+    assert held.state == END
+    assert sample(metrics, "serving_model_unloads_total", model="a", result="success") == 1
+    # A changed policy applies at the next scan.
+    export(tmp_path, 2, "b")
+    manager.apply(ServingConfig((spec(tmp_path, Specific((1,)), name="b"),)))
+    manager.sync()
+    assert states(manager, "b") == {1: AVAILABLE}
+
+
+def test_a_bad_config_on_reload_keeps_the_previous_one(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, metrics = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    before = manager.config
+
+    def broken() -> ServingConfig:
+        raise ConfigError("models.config:3:4: Message type ... has no field named 'nme'")
+
+    manager._reload(broken, lambda: False)
+    assert manager.config is before
+    assert served(manager) == 1
+    assert sample(metrics, "serving_model_config_reloads_total", result="failure") == 1
+
+
+def test_an_emptied_or_missing_directory_keeps_what_serves(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    (tmp_path / "m" / "1" / "saved_model.pb").unlink()
+    manager.sync()
+    assert states(manager) == {1: AVAILABLE}
+    (tmp_path / "m" / "1").rmdir()
+    (tmp_path / "m").rmdir()
+    manager.sync()
+    assert states(manager) == {1: AVAILABLE}
+
+
+def test_while_loading_requests_get_503_and_status_says_loading(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    release = threading.Event()
+
+    class Slow(Loader):
+        def __call__(self, directory: Path, version: int) -> Fake:
+            release.wait(5)
+            return super().__call__(directory, version)
+
+    manager, _ = manager_for(spec(tmp_path), loader=Slow())
+    thread = threading.Thread(target=manager.initial_load, args=(5, lambda: False))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while states_or_none(manager) != {1: LOADING} and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert states(manager) == {1: LOADING}
+    with pytest.raises(p.ApiError) as loading:
+        manager.check(route())
+    assert loading.value.status == 503
+    assert loading.value.headers == {"Retry-After": "1"}
+    assert manager.readiness() == (["m"], {"m": []})
+    release.set()
+    thread.join(5)
+    assert served(manager) == 1
+
+
+def states_or_none(manager: Manager) -> dict[int, str] | None:
+    try:
+        return states(manager)
+    except p.ApiError:
+        return None
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_swaps_under_concurrent_requests_never_fail_a_request(tmp_path: Path, keep: int) -> None:
+    """Eight threads lease and use versions while the manager swaps 40 times."""
+    export(tmp_path, 1)
+
+    class Slow(Loader):  # loading takes a while, as a real one does: requests keep coming
+        def __call__(self, directory: Path, version: int) -> Fake:
+            time.sleep(0.003)
+            return super().__call__(directory, version)
+
+    manager, metrics = manager_for(spec(tmp_path, Latest(keep)), loader=Slow())
+    manager.initial_load(1, lambda: False)
+    stop = threading.Event()
+    failures: list[str] = []
+    seen: set[int] = set()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                with manager.lease(route()) as version:
+                    servable = version.servable
+                    if servable is None or version.state not in (AVAILABLE, UNLOADING):
+                        failures.append(f"version {version.number} in state {version.state}")
+                        continue
+                    time.sleep(0.002)
+                    if version.servable is not servable:  # unloaded while in use
+                        failures.append(f"version {version.number} unloaded during a request")
+                    result = servable.predict(
+                        "serving_default", {"x": p.Tensor("DT_FLOAT", (1,), [0.0])}
+                    )
+                    seen.add(int(result["y"].values[0]))
+            except p.ApiError as err:
+                failures.append(err.message)
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for version in range(2, 42):
+        export(tmp_path, version)
+        manager.sync()
+        time.sleep(0.005)
+    stop.set()
+    for thread in threads:
+        thread.join(5)
+    assert failures == []
+    assert len(seen) > 5
+    assert served(manager) == 41
+    unloaded = sample(metrics, "serving_model_unloads_total", model="m", result="success")
+    assert unloaded == 41 - len(manager.models()["m"].serving)
+    assert all(
+        v.servable is None for v in manager.models()["m"].versions.values() if v.state == END
+    )
+
+
+def test_version_records_of_old_versions_are_bounded(tmp_path: Path) -> None:
+    export(tmp_path, 0)
+    manager, _ = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    for version in range(1, 40):
+        export(tmp_path, version)
+        manager.sync()
+    assert len(manager.models()["m"].versions) == 21  # 20 ended + the one serving
+    assert isinstance(manager.models()["m"].versions[39], Version)
+    assert os.path.isdir(tmp_path / "m" / "0")
