@@ -24,6 +24,10 @@ venv: $(BIN)/pytest ## create .venv with the pinned test and lint tools
 lock: venv ## regenerate the hashed dependency locks in requirements/
 	scripts/lock
 
+.PHONY: wheel
+wheel: ## build dist/tf_entrypoint-VERSION-py3-none-any.whl from HEAD, reproducibly (version from git)
+	scripts/build-wheel
+
 .PHONY: base-image
 base-image: ## build the air-gapped Debian base image (tf-entrypoint-base:bookworm)
 	scripts/build-base-image $(if $(EXTRA_CA_BUNDLE),--ca-bundle $(EXTRA_CA_BUNDLE))
@@ -41,11 +45,15 @@ lint: venv ## ruff, mypy (strict for entrypoint/), hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/hadolint Dockerfile.*
+	$(BIN)/hadolint Dockerfile.* docs/own-image/Dockerfile.* tests/matrix/*.Dockerfile
 
 .PHONY: unit
 unit: venv ## the tests that need no Docker engine
 	$(BIN)/pytest -m "not container" $(PYTEST_ARGS)
+
+.PHONY: matrix
+matrix: venv ## the version matrix alone: the wheel next to TensorFlow 2.11-2.21 in other images (tests/matrix)
+	$(BIN)/pytest tests/matrix $(PYTEST_ARGS)
 
 SECURITY_VENV ?= .venv-security
 

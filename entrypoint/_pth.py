@@ -136,8 +136,41 @@ def load_hook() -> "ModuleType":
     return sys.modules[HOOK_MODULE]
 
 
+#: The file the wheel puts at the top of site-packages.
+PTH_FILE = "tf_entrypoint_hook.pth"
+
+
+def copies_on_path(path: "Sequence[str] | None" = None) -> "list[str]":
+    """Directories on sys.path holding tf_entrypoint_hook.pth, first to last, each once.
+
+    More than one means two installations (e.g. a venv with system site
+    packages, or `pip install --user` beside a system install): only the
+    first registers the hook, the others' .pth lines find it registered.
+    """
+    found: list[str] = []
+    for entry in sys.path if path is None else path:
+        if not entry:
+            continue
+        try:
+            directory = os.path.realpath(entry)
+            if directory not in found and os.path.isfile(os.path.join(directory, PTH_FILE)):
+                found.append(directory)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def fire(tensorflow: "ModuleType") -> None:
     """Run the hook on the freshly imported TensorFlow; never raise."""
+    try:
+        copies = copies_on_path()
+        if len(copies) > 1:
+            _say(
+                f"{len(copies)} copies of the tf-entrypoint hook are on this Python's path "
+                f"({', '.join(copies)}); the first applies the plan, once; uninstall the others"
+            )
+    except Exception:  # noqa: BLE001, S110 - a warning must never stop the hook
+        pass
     try:
         load_hook().on_tensorflow_imported(tensorflow)
     except Exception as err:  # noqa: BLE001 - user code must never break because of us

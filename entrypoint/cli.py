@@ -13,6 +13,7 @@ from tf_entrypoint import __version__
 from tf_entrypoint.common import say
 from tf_entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
 from tf_entrypoint.frozen import frozen
+from tf_entrypoint.handoff import tensorflow_missing
 from tf_entrypoint.plan import Plan, child_environment, resolve
 from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from tf_entrypoint.settings import TABLE, plain
@@ -176,6 +177,9 @@ def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -
         return EXIT_CONFIG
     for notice in plan.notices:
         say(f"warning: {notice}")
+    missing = tensorflow_missing(env)
+    if missing:
+        say(f"warning: {missing}")
     argv, serving_notes = serving_command(argv, plan)
     for note in serving_notes:
         say(f"warning: {note}")

@@ -7,11 +7,14 @@ everything: the variable may come from anywhere). README: "What is applied where
 
 from __future__ import annotations
 
+import sys
+
+from tf_entrypoint.common import FALSE_WORDS, WHITESPACE
 from tf_entrypoint.frozen import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs start-up time
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
 PLAN_VARIABLE = "TF_ENTRYPOINT_PLAN"
@@ -152,3 +155,30 @@ def _shown(value: object) -> str:
 
     jsonable = value is None or isinstance(value, (bool, int, float, str))
     return _short(json.dumps(value) if jsonable else repr(value), 40)
+
+
+def tensorflow_missing(env: Mapping[str, str], python: str | None = None) -> str:
+    """One line when this Python cannot import tensorflow, else ''. Imports nothing.
+
+    For the entrypoint, before the hand-off: the hook is installed in this
+    Python only, so a TensorFlow found elsewhere (another venv, another
+    interpreter) gets the native variables but not the hook. Nothing to say
+    when TF_ENTRYPOINT_HOOK turns the hook off.
+    """
+    switch = env.get("TF_ENTRYPOINT_HOOK")
+    if switch is not None and switch.strip(WHITESPACE).lower() in FALSE_WORDS:
+        return ""
+    # The import system's own path finder, from sys.meta_path: importing
+    # importlib.machinery would load importlib and warnings (1-2 ms).
+    finders = [f for f in sys.meta_path if getattr(f, "__name__", None) == "PathFinder"]
+    try:
+        if not finders or finders[0].find_spec("tensorflow", None) is not None:
+            return ""
+    except Exception:  # noqa: BLE001 - a strange sys.path entry: say nothing
+        return ""
+    where = python or sys.prefix
+    return (
+        f"TensorFlow is not installed in the Python that has tf-entrypoint ({where}): the "
+        "command still gets the thread variables, but the in-process hook (thread getters, "
+        "GPU memory caps) works only in a Python where both are installed"
+    )

@@ -270,6 +270,9 @@ def on_tensorflow_imported(
             f"{SWITCH_VARIABLE}={_shown(switch)} is not on/off "
             "(on: true/1/yes, off: off/false/0/no); the hook stays on"
         )
+    too_old = version_problem(getattr(tf, "__version__", None))
+    if too_old:
+        tell(too_old)
     source, plan = plan_for_process(env)
     if isinstance(plan, str):
         tell(plan)
@@ -281,6 +284,30 @@ def on_tensorflow_imported(
         what = ", ".join(done) if done else "nothing to apply"
         tell(f"hook applied the plan from {source} after import tensorflow: {what}")
     return done
+
+
+#: The oldest TensorFlow the hook is tested with (TensorFlow 2.12, Rasa 3.6's pin).
+OLDEST_TENSORFLOW = (2, 12)
+
+
+def version_problem(version: object) -> str:
+    """One line when TensorFlow `version` is older than OLDEST_TENSORFLOW, else ''.
+
+    The plan is still applied: every call is guarded, and TensorFlow has had
+    these setters since 2.0. An unreadable version says nothing.
+    """
+    if not isinstance(version, str):
+        return ""
+    parts = version.split(".")
+    if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+        return ""
+    if (int(parts[0]), int(parts[1])) >= OLDEST_TENSORFLOW:
+        return ""
+    oldest = ".".join(map(str, OLDEST_TENSORFLOW))
+    return (
+        f"TensorFlow {version} is older than {oldest}, the oldest version tf-entrypoint "
+        "is tested with; the plan is applied as far as this TensorFlow allows"
+    )
 
 
 def _say(message: str) -> None:
