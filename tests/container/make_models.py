@@ -1,13 +1,14 @@
 """Export tiny SavedModels with known answers, in TF Serving's layout (runs in the image).
 
-    python make_models.py DIR VERSION [VERSION ...] [--warmup N] [--staged]
+    python make_models.py DIR VERSION [VERSION ...] [--warmup N [--bad-warmup]] [--staged]
 
 Version V of the model at DIR answers y = x + V (float32 [batch] -> [batch]),
 so a client can tell which version answered. DIR/V is written beside its
 target and renamed into place, as the README recommends; with --staged it
 stays at DIR/.staged-V for the test to rename. --warmup N adds N warm-up
 records (assets.extra/tf_serving_warmup_requests, TF Serving's PredictionLog
-TFRecord) that each predict x = [i].
+TFRecord) that each predict x = [i]; with --bad-warmup they name an input
+the signature does not have, so replaying them fails the load.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("directory", type=Path)
     parser.add_argument("versions", type=int, nargs="+")
     parser.add_argument("--warmup", type=int, default=0)
+    parser.add_argument("--bad-warmup", action="store_true")
     parser.add_argument("--staged", action="store_true")
     args = parser.parse_args(argv)
 
@@ -52,7 +54,8 @@ def main(argv: list[str]) -> int:
                     request = predict_pb2.PredictRequest()
                     request.model_spec.name = "model"
                     request.model_spec.signature_name = "serving_default"
-                    request.inputs["x"].CopyFrom(tf.make_tensor_proto([float(i)], tf.float32))
+                    key = "not_an_input" if args.bad_warmup else "x"
+                    request.inputs[key].CopyFrom(tf.make_tensor_proto([float(i)], tf.float32))
                     log = prediction_log_pb2.PredictionLog()
                     log.predict_log.request.CopyFrom(request)
                     writer.write(log.SerializeToString())

@@ -69,10 +69,15 @@ class Server:
 
 @pytest.fixture(scope="module")
 def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """plus/1..3 and warm/1 (5 warm-up records), exported once in the image."""
+    """plus/1..3, warm/1 (5 warm-up records) and badwarm/1 (a failing warm-up
+    record), exported once in the image."""
     root = tmp_path_factory.mktemp("library")
     root.chmod(0o777)
-    for args in (["/models/plus", "1", "2", "3"], ["/models/warm", "1", "--warmup", "5"]):
+    for args in (
+        ["/models/plus", "1", "2", "3"],
+        ["/models/warm", "1", "--warmup", "5"],
+        ["/models/badwarm", "1", "--warmup", "1", "--bad-warmup"],
+    ):
         ran = containers.run(
             ["python", "/t/make_models.py", *args],
             volumes={
@@ -232,6 +237,26 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         swap_in(models / "plus", library / "plus" / "2", 2)
         assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
         assert server.predict("/v1/models/plus:predict") == 2.0
+
+
+def test_a_failing_warm_up_record_fails_the_load_and_the_old_version_serves(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1])
+    with serving(
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5"
+    ) as server:
+        swap_in(models / "plus", library / "badwarm" / "1", 2)
+        assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
+        status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
+        assert status["status"]["error_code"] == "UNKNOWN"
+        assert (
+            "warm-up record 0 of /models/plus/2/assets.extra/tf_serving_warmup_requests"
+            in (status["status"]["error_message"])
+        )
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        assert server.metric("serving_model_loads_total", model="plus", result="failure") == 1
+        assert server.metric("serving_model_warmup_records_total", model="plus") == 0
 
 
 # -- TF Serving's model config file
