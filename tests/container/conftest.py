@@ -14,7 +14,6 @@ run to some images, e.g. to skip the 3 GB CUDA download on a quick local run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -47,14 +46,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.container)
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Iterator[docker.DockerClient]:
-    client = docker.from_env(timeout=300)
-    client.ping()  # fail loudly, never skip: these tests are the real thing
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="session", params=FLAVORS)

@@ -232,14 +232,6 @@ def with_entrypoint(cell: Cell, tf_image: str, wheel: Path, tmp: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> Iterator[docker.DockerClient]:
-    client = docker.from_env(timeout=300)
-    client.ping()  # fail loudly, never skip: these tests are the real thing
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
 def build_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="tf-entrypoint-matrix-") as tmp:
         yield Path(tmp)
