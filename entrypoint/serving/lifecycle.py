@@ -296,13 +296,10 @@ class Manager:
             for number in sorted(aspired, reverse=True):  # the newest is available first
                 path = found[number]
                 current = model.versions.get(number)
+                if current is not None and current.state != END:
+                    continue  # loaded, or on its way: its files need no look
                 ident = repository.identity(path)
-                retry = (
-                    current is not None
-                    and current.state == END
-                    and (not current.error or current.identity != ident)
-                )
-                if current is None or retry:
+                if current is None or not current.error or current.identity != ident:
                     version = Version(spec.name, number, path, ident)
                     model.versions[number] = version
                     todo.append(version)
