@@ -126,11 +126,8 @@ def needs_ubuntu(item: pytest.Item) -> bool:
     if item.name.startswith(UBUNTU_TESTS):
         return True
     callspec = getattr(item, "callspec", None)
-    return (
-        callspec is not None
-        and CELLS.get(str(callspec.params.get("cell"))) is not None
-        and (CELLS[str(callspec.params["cell"])].base == "jammy")
-    )
+    cell = CELLS.get(str(callspec.params.get("cell"))) if callspec is not None else None
+    return cell is not None and cell.base == "jammy"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
