@@ -21,7 +21,9 @@ from tf_entrypoint.serving.model_config import (
 
 DEFAULT_MODEL_NAME = "model"
 DEFAULT_MODEL_BASE_PATH = "/models"
-DEFAULT_PORT = 8501
+#: TF Serving's ports as its image runs them: --port (gRPC) and --rest_api_port.
+DEFAULT_GRPC_PORT = 8500
+DEFAULT_REST_PORT = 8501
 DEFAULT_HOST = "0.0.0.0"  # noqa: S104 - a container's server listens on its interface
 #: Largest request body accepted (bytes); larger ones get 413. 8 MiB holds
 #: about a million JSON floats, far beyond what one REST call should carry.
@@ -40,7 +42,10 @@ DEFAULT_QUEUE_PER_WORKER = 32
 
 ENV_MODEL_NAME = "MODEL_NAME"
 ENV_MODEL_BASE_PATH = "MODEL_BASE_PATH"
-ENV_PORT = "PORT"
+#: The REST port's variable keeps its name (Cloud Run's and Knative's HTTP port).
+ENV_REST_PORT = "PORT"
+ENV_GRPC_PORT = "SERVE_GRPC_PORT"
+ENV_MONITORING_CONFIG_FILE = "SERVE_MONITORING_CONFIG_FILE"
 ENV_HOST = "SERVE_HOST"
 ENV_WORKERS = "SERVE_WORKERS"
 ENV_MAX_QUEUE = "SERVE_MAX_QUEUE"
@@ -70,7 +75,10 @@ class ServeConfig:
     #: --model-name / --model-base-path.
     models: ServingConfig
     host: str
-    port: int
+    #: TF Serving's --port: gRPC (0: no gRPC).
+    grpc_port: int
+    #: TF Serving's --rest_api_port: REST, health and metrics (0: no HTTP).
+    rest_port: int
     #: Inference threads: requests running in TensorFlow at once.
     workers: int
     #: Requests admitted (running + waiting for a worker) before 503s.
@@ -86,6 +94,8 @@ class ServeConfig:
     access_log: bool
     log_level: str
     budget: PlannedCpus
+    #: TF Serving's --monitoring_config_file (text MonitoringConfig), or None.
+    monitoring_config_file: Path | None = None
     #: Things to tell the operator at start (flags that a config file overrides).
     notes: tuple[str, ...] = field(default=())
 
@@ -203,8 +213,18 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         f"{ENV_FILE_SYSTEM_POLL_WAIT}; default %(default)s)")  # fmt: skip
     add("--host", default=default(ENV_HOST, DEFAULT_HOST),
         help=f"address to listen on (env {ENV_HOST}; default %(default)s)")  # fmt: skip
-    add("--port", type=_port, default=default(ENV_PORT, str(DEFAULT_PORT)),
-        help=f"port to listen on (env {ENV_PORT}; default %(default)s)")  # fmt: skip
+    add("--port", "--grpc-port", dest="grpc_port", type=_port,
+        default=default(ENV_GRPC_PORT, str(DEFAULT_GRPC_PORT)),
+        help=f"gRPC port, as TF Serving's --port; 0 serves no gRPC (env {ENV_GRPC_PORT}; "
+        "default %(default)s)")  # fmt: skip
+    add("--rest_api_port", "--rest-api-port", dest="rest_port", type=_port,
+        default=default(ENV_REST_PORT, str(DEFAULT_REST_PORT)),
+        help=f"REST port (also /healthz, /readyz, /metrics); 0 serves no HTTP "
+        f"(env {ENV_REST_PORT}; default %(default)s)")  # fmt: skip
+    add("--monitoring_config_file", "--monitoring-config-file", metavar="PATH",
+        default=env.get(ENV_MONITORING_CONFIG_FILE, "").strip() or None,
+        help=f"TF Serving's monitoring config file (text MonitoringConfig) "
+        f"(env {ENV_MONITORING_CONFIG_FILE})")  # fmt: skip
     add("--workers", type=_positive_int, default=env.get(ENV_WORKERS, "").strip() or None,
         help=f"inference threads (env {ENV_WORKERS}; default: the CPU budget)")  # fmt: skip
     add("--max-queue", type=_positive_int, default=env.get(ENV_MAX_QUEUE, "").strip() or None,
@@ -263,12 +283,21 @@ def parse_config(
         if args.model_config_file is None:  # a bad --model-name is a command-line mistake
             raise UsageError(str(err)) from None
         raise
+    if args.grpc_port == 0 and args.rest_port == 0:
+        raise UsageError("--port and --rest_api_port are both 0: nothing to serve")
+    if args.grpc_port == args.rest_port:
+        raise UsageError(
+            f"--port and --rest_api_port are both {args.grpc_port}: --port is the gRPC port, "
+            "as in TF Serving (it was the REST port before gRPC was served); give REST "
+            "its own with --rest_api_port (env PORT)"
+        )
     budget = budget or cpu_budget(env)
     workers: int = args.workers or size_workers(budget)
     return ServeConfig(
         models=models,
         host=args.host,
-        port=args.port,
+        grpc_port=args.grpc_port,
+        rest_port=args.rest_port,
         workers=workers,
         max_queue=args.max_queue or DEFAULT_QUEUE_PER_WORKER * workers,
         max_body_bytes=args.max_body_bytes,
@@ -280,5 +309,8 @@ def parse_config(
         access_log=args.access_log,
         log_level=args.log_level,
         budget=budget,
+        monitoring_config_file=(
+            None if args.monitoring_config_file is None else Path(args.monitoring_config_file)
+        ),
         notes=tuple(notes),
     )

@@ -87,7 +87,8 @@ def _describe(config: ServeConfig) -> str:
         polls += f", config file re-read every {config.model_config_file_poll_wait:g} s"
     return (
         f"serving {len(models.models)} model(s){source}: {listed}; {polls}; on "
-        f"{config.host}:{config.port}: {config.workers} inference worker(s) for a CPU budget "
+        f"{config.host} (gRPC {config.grpc_port or 'off'}, REST {config.rest_port or 'off'}): "
+        f"{config.workers} inference worker(s) for a CPU budget "
         f"of {config.budget.cpus} ({config.budget.source}; {threads}), at most "
         f"{config.max_queue} predicts admitted, bodies up to {config.max_body_bytes} bytes, "
         f"{config.grace_period:g} s grace on SIGTERM"
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     uv_config = uvicorn.Config(
         app,
         host=config.host,
-        port=config.port,
+        port=config.rest_port,
         lifespan="on",
         log_config=None,  # ours, above
         log_level=config.log_level,

@@ -374,13 +374,26 @@ def only_model(conf: ServeConfig) -> tuple[str, str]:
 def test_config_defaults_follow_the_cpu_budget() -> None:
     conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
     assert (conf.workers, conf.max_queue) == (3, 96)
-    assert (*only_model(conf), conf.port) == ("model", "/models/model", 8501)
+    assert (*only_model(conf), conf.grpc_port, conf.rest_port) == (
+        "model", "/models/model", 8500, 8501
+    )
     assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
     env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}
     conf = parse_config([], env, budget=PlannedCpus(3, "test"))
-    assert (*only_model(conf), conf.port, conf.workers) == ("m", "/x/m", 9000, 1)
+    assert (*only_model(conf), conf.rest_port, conf.workers) == ("m", "/x/m", 9000, 1)
     conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=PlannedCpus(3, "t"))
-    assert (conf.port, only_model(conf)) == (1234, ("n", "/x/n"))
+    assert (conf.grpc_port, conf.rest_port, only_model(conf)) == (1234, 9000, ("n", "/x/n"))
+    conf = parse_config(["--rest_api_port=0"], env, budget=PlannedCpus(3, "t"))
+    assert (conf.grpc_port, conf.rest_port) == (8500, 0)
+
+
+def test_config_refuses_one_port_for_both_protocols() -> None:
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
+
+    with pytest.raises(UsageError, match="--port is the gRPC port, as in TF Serving"):
+        parse_config(["--port", "8501"], {}, budget=PlannedCpus(1, "t"))
+    with pytest.raises(UsageError, match="nothing to serve"):
+        parse_config(["--port=0", "--rest_api_port=0"], {}, budget=PlannedCpus(1, "t"))
 
 
 @pytest.mark.parametrize(
