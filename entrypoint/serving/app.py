@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -36,6 +37,8 @@ from tf_entrypoint.serving.service import Answer, answer, error_answer
 
 log = logging.getLogger("tf_entrypoint.serving")
 
+T = TypeVar("T")
+
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -46,13 +49,15 @@ def tensorflow_loader(directory: Path, version: int) -> Servable:
 
 
 class InferencePool:
-    """A fixed set of worker threads with bounded admission.
+    """A fixed set of worker threads with bounded admission, shared by REST and gRPC.
 
     At most `max_queue` predicts are admitted (running or waiting for one of
-    the `workers` threads); the next gets 503 with Retry-After instead of
-    queueing without bound. A request that is still waiting when its timeout
-    expires is withdrawn; one already running in TensorFlow finishes (ops
-    cannot be interrupted) but its client gets 504.
+    the `workers` threads); the next gets 503 (REST) or RESOURCE_EXHAUSTED
+    (gRPC) instead of queueing without bound. A request that is still waiting
+    when its timeout expires is withdrawn; one already running in TensorFlow
+    finishes (ops cannot be interrupted) but its client gets 504 or
+    DEADLINE_EXCEEDED. `run` may be awaited from any event loop (REST's and
+    gRPC's run on different threads): admission is counted under a lock.
     """
 
     def __init__(self, workers: int, max_queue: int, metrics: Metrics) -> None:
@@ -60,29 +65,32 @@ class InferencePool:
         self.max_queue = max_queue
         self.metrics = metrics
         self.admitted = 0
+        self._lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="inference"
         )
 
-    async def run(self, work: Callable[[], Answer], timeout: float) -> Answer:
-        if self.admitted >= self.max_queue:
+    async def run(self, work: Callable[[], T], timeout: float) -> T:
+        with self._lock:
+            full = self.admitted >= self.max_queue
+            if not full:
+                self.admitted += 1
+            in_progress = self.admitted
+        if full:
             self.metrics.rejected.inc()
             raise p.ApiError(
                 503,
-                f"Server is at capacity ({self.admitted} predict requests in progress); "
-                "retry later",
+                f"Server is at capacity ({in_progress} predict requests in progress); retry later",
                 {"Retry-After": "1"},
+                code="RESOURCE_EXHAUSTED",
             )
-        loop = asyncio.get_running_loop()
-        self.admitted += 1
         self.metrics.in_flight.inc()
-
-        def release(_: object) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to tell
-                loop.call_soon_threadsafe(self._release)
-
-        future = self._executor.submit(work)
-        future.add_done_callback(release)
+        try:
+            future = self._executor.submit(work)
+        except RuntimeError:  # shut down: the server is stopping
+            self._release(None)
+            raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
+        future.add_done_callback(self._release)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
         except TimeoutError:
@@ -91,8 +99,9 @@ class InferencePool:
                 504, f"Request timed out after {timeout:g} s (--request-timeout)"
             ) from None
 
-    def _release(self) -> None:
-        self.admitted -= 1
+    def _release(self, _: object) -> None:
+        with self._lock:
+            self.admitted -= 1
         self.metrics.in_flight.dec()
 
     def shutdown(self) -> None:
@@ -109,6 +118,10 @@ class ServingState:
     on_fatal: Callable[[str], None]
     draining: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
+    #: True when gRPC shares the pool: the server closes it after both drains,
+    #: not REST's lifespan.
+    shared_shutdown: bool = False
+    _manager_thread: threading.Thread | None = field(default=None, repr=False)
 
     def manage_models(self) -> None:
         """The manager thread: first loads, then new versions and config changes."""
@@ -122,6 +135,19 @@ class ServingState:
             stop=self.stop,
             on_fatal=self.on_fatal,
         )
+
+    def start(self) -> None:
+        """Start the manager thread (once; REST's lifespan or, without REST, the server)."""
+        if self._manager_thread is None:
+            self._manager_thread = threading.Thread(
+                target=self.manage_models, name="model-manager", daemon=True
+            )
+            self._manager_thread.start()
+
+    def close(self) -> None:
+        """Stop polling and the worker threads (after the drain)."""
+        self.stop.set()
+        self.pool.shutdown()
 
     def model_label(self, route: p.Route | None) -> str:
         """The metrics' `model` label: a configured model's name, else ""."""
@@ -248,15 +274,13 @@ class _Endpoints:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        manager = threading.Thread(
-            target=self.state.manage_models, name="model-manager", daemon=True
-        )
-        manager.start()
+        self.state.start()
         try:
             yield
         finally:
             self.state.stop.set()
-            self.state.pool.shutdown()
+            if not self.state.shared_shutdown:
+                self.state.close()
 
 
 def create_app(

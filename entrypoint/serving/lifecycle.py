@@ -16,14 +16,15 @@ short lock and never waits on a load.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving import repository
@@ -45,6 +46,8 @@ UNLOADING = "UNLOADING"
 END = "END"
 #: Versions in END kept per model for the status API (older ones are forgotten).
 END_HISTORY = 20
+#: Longest the control thread sleeps before it looks at its stop event again.
+_WAKE_EVERY = 0.25
 
 
 class Servable(Protocol):
@@ -63,6 +66,15 @@ class Servable(Protocol):
 
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
         """Run a signature. Raises ApiError for input the model rejects."""
+        ...
+
+    def predict_protos(
+        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
+    ) -> tuple[str, dict[str, Any]]:
+        """gRPC's Predict: TensorProtos in, (signature name used, TensorProtos out).
+
+        Checks and messages are TF Serving's (predict_util.cc); raises ApiError.
+        """
         ...
 
 
@@ -143,6 +155,9 @@ class Manager:
         self._models: dict[str, Model] = {}
         self.config: ServingConfig | None = None
         self._collect = False
+        #: Configurations sent by HandleReloadConfigRequest, for the control thread.
+        self._submitted: list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]] = []
+        self._wake = threading.Event()
 
     # ------------------------------------------------------------------
     # The request side
@@ -458,18 +473,27 @@ class Manager:
         stop: threading.Event,
         on_fatal: Callable[[str], None],
     ) -> None:
-        """The manager thread: start-up, then poll directories and the config file."""
+        """The manager thread: start-up, then poll directories and the config file.
+
+        It also applies the configurations :meth:`submit` hands it, so every
+        change to the served models happens on this one thread.
+        """
         fatal = self.initial_load(wait, stop.is_set)
         if fatal:
             on_fatal(fatal)
+            self._refuse_submitted(fatal)
             return
         self._warn_labels()
-        if file_system_poll <= 0 and (reload is None or config_poll <= 0):
-            return
         now = time.monotonic()
         next_scan = now + file_system_poll if file_system_poll > 0 else float("inf")
         next_read = now + config_poll if reload is not None and config_poll > 0 else float("inf")
-        while not stop.wait(max(0.0, min(next_scan, next_read) - time.monotonic())):
+        while not stop.is_set():
+            due = min(next_scan, next_read, time.monotonic() + _WAKE_EVERY)
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if stop.is_set():
+                break
+            self._apply_submitted(stop.is_set)
             now = time.monotonic()
             if now >= next_read and reload is not None:
                 next_read = now + config_poll
@@ -477,6 +501,45 @@ class Manager:
             if now >= next_scan:
                 next_scan = now + file_system_poll
                 self.sync(stop.is_set)
+        self._refuse_submitted("the server is stopping")
+
+    def submit(self, config: ServingConfig) -> concurrent.futures.Future[list[str]]:
+        """Serve `config` instead (HandleReloadConfigRequest), on the control thread.
+
+        The future's result is the load errors of the sync that follows
+        (empty: every wanted version loaded); RuntimeError when the server
+        stops or never started.
+        """
+        future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+        with self._lock:
+            self._submitted.append((config, future))
+        self._wake.set()
+        return future
+
+    def _take_submitted(self) -> list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]]:
+        with self._lock:
+            taken, self._submitted = self._submitted, []
+        return taken
+
+    def _apply_submitted(self, stop: Callable[[], bool]) -> None:
+        for config, future in self._take_submitted():
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                log.info("model configuration received: %s", ", ".join(config.names()))
+                self.apply(config)
+                self._events.config_reloaded("success")
+                errors = self.sync(stop)
+                self._warn_labels()
+            except Exception as err:  # noqa: BLE001 - reported to the caller, not lost
+                future.set_exception(err)
+            else:
+                future.set_result(errors)
+
+    def _refuse_submitted(self, reason: str) -> None:
+        for _, future in self._take_submitted():
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RuntimeError(reason))
 
     def _reload(self, reload: Callable[[], ServingConfig], stop: Callable[[], bool]) -> None:
         try:

@@ -76,6 +76,19 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.grpc_requests = Counter(
+            "serving_grpc_requests",
+            "gRPC calls answered, by method, status code and model.",
+            ["method", "code", "model"],
+            registry=r,
+        )
+        self.grpc_latency = Histogram(
+            "serving_grpc_request_duration_seconds",
+            "Time from gRPC call received to response ready, by method and model.",
+            ["method", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.in_flight = Gauge(
             "serving_predict_in_flight",
             "Predict requests admitted: running on a worker or waiting for one.",
@@ -151,6 +164,10 @@ class Metrics:
         elif code >= 400:
             self.errors.labels(api, "client", model).inc()
         self.latency.labels(api, model).observe(seconds)
+
+    def observe_grpc(self, method: str, code: str, seconds: float, model: str = "") -> None:
+        self.grpc_requests.labels(method, code, model).inc()
+        self.grpc_latency.labels(method, model).observe(seconds)
 
     # -- lifecycle.Events
 

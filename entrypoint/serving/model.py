@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,78 @@ def _from_tf(name: str, value: Any) -> p.Tensor:
     return p.Tensor(dtype, tuple(int(d) for d in array.shape), values)
 
 
+_RUNNABLE_METHODS = (p.PREDICT_METHOD, p.CLASSIFY_METHOD, p.REGRESS_METHOD)
+#: TensorProto's typed value field for each dtype (Tensor::AsProtoField).
+_VALUE_FIELDS = {
+    "DT_FLOAT": "float_val",
+    "DT_DOUBLE": "double_val",
+    "DT_INT8": "int_val",
+    "DT_INT16": "int_val",
+    "DT_INT32": "int_val",
+    "DT_UINT8": "int_val",
+    "DT_UINT16": "int_val",
+    "DT_INT64": "int64_val",
+    "DT_UINT32": "uint32_val",
+    "DT_UINT64": "uint64_val",
+    "DT_BOOL": "bool_val",
+    "DT_STRING": "string_val",
+}
+
+
+def _tf_type(dtype: str) -> str:
+    """TensorFlow's DataTypeString: DT_FLOAT -> float."""
+    return dtype.removeprefix("DT_").lower()
+
+
+def _check_input_names(inputs: Mapping[str, Any], signature: p.Signature) -> None:
+    """TF Serving's VerifyRequestInputsSize, message and all."""
+    given, wanted = set(inputs), set(signature.inputs)
+    if given == wanted:
+        return
+    raise p.bad_request(
+        f"input size does not match signature: {len(given)}!={len(wanted)} "
+        f"len({{{','.join(sorted(given))}}}) != len({{{','.join(sorted(wanted))}}}). "
+        f"Sent extra: {{{','.join(sorted(given - wanted))}}}. "
+        f"Missing but required: {{{','.join(sorted(wanted - given))}}}."
+    )
+
+
+def _check_output_filter(output_filter: Sequence[str], signature: p.Signature) -> None:
+    seen: set[str] = set()
+    for alias in output_filter:
+        if alias not in signature.outputs:
+            raise p.bad_request(
+                f"output tensor alias not found in signature: {alias} Outputs expected to be "
+                f"in the set {{{','.join(sorted(signature.outputs))}}}."
+            )
+        if alias in seen:
+            raise p.bad_request(f"duplicate output tensor alias: {alias}")
+        seen.add(alias)
+
+
+def _as_proto_field(name: str, value: Any) -> Any:
+    """A TensorProto with the values in its typed field, as Tensor::AsProtoField writes it."""
+    from tensorflow.core.framework import tensor_pb2  # noqa: PLC0415
+
+    dtype = _dtype_name(value.dtype.as_datatype_enum)
+    array = value.numpy()
+    proto = tensor_pb2.TensorProto(dtype=value.dtype.as_datatype_enum)
+    for size in array.shape:
+        proto.tensor_shape.dim.add(size=int(size))
+    flat = array.reshape(-1)
+    field = _VALUE_FIELDS.get(dtype)
+    if field is not None:
+        getattr(proto, field).extend(flat.tolist())
+    elif dtype in ("DT_HALF", "DT_BFLOAT16"):
+        proto.half_val.extend(flat.view("uint16").tolist())
+    elif dtype in ("DT_COMPLEX64", "DT_COMPLEX128"):
+        pairs = [part for number in flat.tolist() for part in (number.real, number.imag)]
+        (proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val).extend(pairs)
+    else:
+        raise p.ApiError(500, f"Output {name} has type {dtype}, which cannot be sent in a reply")
+    return proto
+
+
 _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(_FLOATS, 0.0)}
 
 
@@ -191,6 +263,63 @@ class TensorFlowServable:
         if not isinstance(results, Mapping):
             results = {"output_0": results}
         return {name: _from_tf(name, value) for name, value in results.items()}
+
+    def predict_protos(
+        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
+    ) -> tuple[str, dict[str, Any]]:
+        """gRPC's Predict: TensorProtos in, (signature name, TensorProtos out).
+
+        The checks and messages are TF Serving's (servables/tensorflow/
+        predict_util.cc); inputs are read with TensorFlow's own make_ndarray
+        (tensor_content or the typed value fields, a single value broadcast),
+        outputs written into the typed value fields (float_val, int64_val,
+        string_val, ...) as TF Serving's Tensor::AsProtoField writes them, so
+        clients that read those fields directly work unchanged.
+        """
+        name = signature_name or DEFAULT_SIGNATURE
+        signature = self._signatures.get(name)
+        function = self._functions.get(name)
+        if signature is None or function is None:
+            raise p.ApiError(
+                400, f'Serving signature key "{name}" not found.', code="FAILED_PRECONDITION"
+            )
+        if signature.method_name not in _RUNNABLE_METHODS:
+            raise p.ApiError(
+                500,
+                "Expected prediction signature method_name to be one of {"
+                + ", ".join(_RUNNABLE_METHODS)
+                + "}. Was: "
+                + signature.method_name,
+                code="INTERNAL",
+            )
+        _check_input_names(inputs, signature)
+        _check_output_filter(output_filter, signature)
+        arguments = {}
+        for index, key in enumerate(sorted(inputs)):
+            proto, spec = inputs[key], signature.inputs[key]
+            given = _dtype_name(proto.dtype)
+            if given != spec.dtype:
+                raise p.bad_request(
+                    f"Expects arg[{index}] to be {_tf_type(spec.dtype)} but "
+                    f"{_tf_type(given)} is provided"
+                )
+            try:
+                array = tf.make_ndarray(proto)
+            except (TypeError, ValueError):
+                raise p.bad_request(f"tensor parsing error: {key}") from None
+            p.check_shape(key, tuple(int(d) for d in array.shape), spec, name)
+            arguments[key] = tf.constant(array, dtype=tf.dtypes.as_dtype(proto.dtype))
+        try:
+            results = function(**arguments)
+        except tf.errors.OpError as err:
+            status = _HTTP_STATUS.get(int(err.error_code), 500)
+            raise p.ApiError(status, str(err.message)[:MAX_ERROR_MESSAGE]) from None
+        except (TypeError, ValueError) as err:  # arguments the function cannot bind
+            raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
+        if not isinstance(results, Mapping):
+            results = {"output_0": results}
+        wanted = list(output_filter) or sorted(results)
+        return name, {alias: _as_proto_field(alias, results[alias]) for alias in wanted}
 
     def warm_up(self) -> None:
         """Replay the export's warm-up records, as TF Serving does; else run zeros once.

@@ -201,24 +201,43 @@ def parse_model_config(text: str, path: Path) -> ServingConfig:
             detail = re.sub(r"^\d+:\d+ : ", "", detail)
             raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
         raise ConfigError(f"{path}: {detail}") from None
+    return config_from_message(
+        message, origin=str(path), base_dir=path.parent, lines=_config_lines(text), path=path
+    )
+
+
+def config_from_message(
+    message: Any,
+    *,
+    origin: str,
+    base_dir: Path,
+    lines: Sequence[int] = (),
+    path: Path | None = None,
+) -> ServingConfig:
+    """A ServingConfig from a parsed ModelServerConfig message.
+
+    `origin` names it in errors (the file, or "ReloadConfigRequest"), `lines`
+    are the lines of its `config {` blocks when it came from text, relative
+    base paths are taken from `base_dir`, and `path` is the file it was read
+    from (None for a configuration sent over gRPC).
+    """
     which = message.WhichOneof("config")
     if which == "custom_model_config":
         raise ConfigError(
-            f"{path}: custom_model_config is not supported: expected model_config_list"
+            f"{origin}: custom_model_config is not supported: expected model_config_list"
         )
     configs = list(message.model_config_list.config) if which else []
     if not configs:
         raise ConfigError(
-            f"{path}: no models: expected model_config_list {{ config {{ name: ... "
+            f"{origin}: no models: expected model_config_list {{ config {{ name: ... "
             "base_path: ... }} }}"
         )
-    lines = _config_lines(text)
     models: list[ModelSpec] = []
     seen: dict[str, str] = {}
     for index, proto in enumerate(configs):
         line = lines[index] if index < len(lines) else None
-        where = f"{path}:{line}" if line else f"{path} (config #{index + 1})"
-        spec = _model(proto, where, path.parent)
+        where = f"{origin}:{line}" if line else f"{origin} (config #{index + 1})"
+        spec = _model(proto, where, base_dir)
         if spec.name in seen:
             raise ConfigError(
                 f"{where}: name {spec.name!r} is listed twice (first at {seen[spec.name]}): "

@@ -27,6 +27,8 @@ from typing import Any, Literal
 #: The signature used when a request names none.
 DEFAULT_SIGNATURE = "serving_default"
 PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
 #: Deeper nesting than this is rejected before any work (TensorFlow allows 254
 #: dimensions; no JSON client sends more than a handful).
 MAX_RANK = 32
@@ -38,13 +40,49 @@ Kind = Literal["status", "metadata", "predict", "classify", "regress"]
 
 
 class ApiError(Exception):
-    """A request that cannot be answered: HTTP status + TF Serving-style message."""
+    """A request that cannot be answered: HTTP status + TF Serving-style message.
 
-    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
+    `code` is the canonical status (gRPC's name, e.g. "FAILED_PRECONDITION") where
+    the HTTP status alone does not say it; else it follows from the status
+    (:func:`status_code`).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = dict(headers or {})
+        self.code = code or status_code(status)
+
+
+#: HTTP status -> canonical code: the inverse of TF Serving's mapping
+#: (model_servers/http_server.cc), with 413 and 429 as RESOURCE_EXHAUSTED.
+_CODE_OF_STATUS = {
+    200: "OK",
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "RESOURCE_EXHAUSTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def status_code(status: int) -> str:
+    """The canonical code (gRPC's name) of an HTTP status, as TF Serving maps them."""
+    return _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
 
 
 def bad_request(message: str) -> ApiError:

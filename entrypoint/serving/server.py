@@ -22,12 +22,16 @@ import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from tf_entrypoint.serving.app import ServingState, create_app
 from tf_entrypoint.serving.config import ServeConfig, UsageError, parse_config
 from tf_entrypoint.serving.model_config import ConfigError, describe_policy
+
+if TYPE_CHECKING:
+    from tf_entrypoint.serving.grpc_api import GrpcServer
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -40,19 +44,15 @@ EXIT_CONFIG = 78
 class _Server(uvicorn.Server):
     """uvicorn's server, telling the application when shutdown starts."""
 
-    def __init__(self, config: uvicorn.Config, state: ServingState) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: ServingState, grpc_server: GrpcServer | None
+    ) -> None:
         super().__init__(config)
         self.serving_state = state
+        self.grpc_server = grpc_server
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if not self.should_exit:
-            log.info(
-                "received %s: draining (up to %g s for requests in flight)",
-                signal.Signals(sig).name,
-                self.serving_state.config.grace_period,
-            )
-        self.serving_state.draining = True
-        self.serving_state.stop.set()
+        _begin_drain(self.serving_state, self.grpc_server, sig)
         super().handle_exit(sig, frame)
 
 
@@ -110,37 +110,85 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s", note)
 
     fatal: list[str] = []
-    server: _Server | None = None
+    stopping = threading.Event()
 
     def on_fatal(message: str) -> None:
         log.error("%s; exiting", message)
         fatal.append(message)
-        if server is not None:
-            server.should_exit = True  # read by uvicorn's main loop every 0.1 s
+        stopping.set()
+        if rest is not None:
+            rest.should_exit = True  # read by uvicorn's main loop every 0.1 s
 
+    rest: _Server | None = None
     app = create_app(config, on_fatal=on_fatal)
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.rest_port,
-        lifespan="on",
-        log_config=None,  # ours, above
-        log_level=config.log_level,
-        access_log=config.access_log,
-        timeout_graceful_shutdown=math.ceil(config.grace_period),
-        server_header=False,
-    )
-    server = _Server(uv_config, app.state.serving)
+    state: ServingState = app.state.serving
+    try:
+        grpc_server = _start_grpc(state)
+    except OSError as err:  # the port is taken, or the address invalid
+        log.error("%s; exiting", err)
+        return EXIT_FATAL
+    if grpc_server is not None:
+        state.shared_shutdown = True  # the pool outlives REST's drain until gRPC's is over
     # uvicorn re-raises the signal that stopped it once it has shut down
     # gracefully; with Python's defaults that would turn a clean drain into
-    # "killed by SIGTERM" (exit 143). These handlers make it a no-op.
+    # "killed by SIGTERM" (exit 143). These handlers make it a no-op for
+    # uvicorn; without REST they start the drain themselves.
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: None)
-    server.run()
-    if fatal:
-        return EXIT_FATAL
-    if not server.started:  # port in use, lifespan failure: uvicorn logged why
+            signal.signal(sig, lambda signum, frame: _begin_drain(state, grpc_server, signum))
+    started = True
+    if config.rest_port:
+        uv_config = uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.rest_port,
+            lifespan="on",
+            log_config=None,  # ours, above
+            log_level=config.log_level,
+            access_log=config.access_log,
+            timeout_graceful_shutdown=math.ceil(config.grace_period),
+            server_header=False,
+        )
+        rest = _Server(uv_config, state, grpc_server)
+        rest.run()
+        started = rest.started  # False: port in use, lifespan failure (uvicorn logged why)
+    else:
+        state.start()
+        while not stopping.wait(0.1) and not state.stop.is_set():
+            pass
+    if grpc_server is not None:
+        _begin_drain(state, grpc_server, None)
+        grpc_server.join(config.grace_period + 2)
+    state.close()
+    if fatal or not started:
         return EXIT_FATAL
     log.info("stopped")
     return EXIT_OK
+
+
+def _start_grpc(state: ServingState) -> GrpcServer | None:
+    """The gRPC server, listening (OSError if it cannot); None when not asked for."""
+    config = state.config
+    if not (config.grpc_port or getattr(config, "grpc_socket_path", None)):
+        return None
+    from tf_entrypoint.serving.grpc_api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
+
+    server = GrpcServer(state)
+    server.start()
+    log.info("gRPC (TF Serving's PredictionService, ModelService, health) on %s",
+             ", ".join(server.addresses()))  # fmt: skip
+    return server
+
+
+def _begin_drain(state: ServingState, grpc_server: GrpcServer | None, signum: int | None) -> None:
+    """SIGTERM without REST (with REST, uvicorn's handler calls this too)."""
+    if signum is not None and not state.draining:
+        log.info(
+            "received %s: draining (up to %g s for requests in flight)",
+            signal.Signals(signum).name,
+            state.config.grace_period,
+        )
+    state.draining = True
+    state.stop.set()
+    if grpc_server is not None:
+        grpc_server.drain()

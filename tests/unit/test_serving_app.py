@@ -7,7 +7,8 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,13 @@ class HalfPlusTwo:
             scaled = [a * b for a, b in zip(y.values, scale, strict=True)]
             return {"y": y, "scaled": p.Tensor("DT_FLOAT", x.shape, scaled)}
         return {"y": y}
+
+    def predict_protos(
+        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
+    ) -> tuple[str, dict[str, Any]]:
+        # TensorProtos need TensorFlow's protos, which the host has not: the
+        # container tests (tests/container/test_grpc.py) cover gRPC.
+        raise p.ApiError(501, "gRPC is not served by this fake")
 
 
 def config(tmp_path: Path, *args: str) -> ServeConfig:
@@ -375,7 +383,10 @@ def test_config_defaults_follow_the_cpu_budget() -> None:
     conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
     assert (conf.workers, conf.max_queue) == (3, 96)
     assert (*only_model(conf), conf.grpc_port, conf.rest_port) == (
-        "model", "/models/model", 8500, 8501
+        "model",
+        "/models/model",
+        8500,
+        8501,
     )
     assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
     env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,13 @@ class Fake:
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
         x = inputs["x"]
         return {"y": p.Tensor("DT_FLOAT", x.shape, [v + self.version for v in x.values])}
+
+    def predict_protos(
+        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
+    ) -> tuple[str, dict[str, Any]]:
+        # TensorProtos need TensorFlow's protos, which the host has not: the
+        # container tests (tests/container/test_grpc.py) cover gRPC.
+        raise p.ApiError(501, "gRPC is not served by this fake")
 
 
 class Loader:

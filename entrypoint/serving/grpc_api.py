@@ -1,0 +1,467 @@
+"""TF Serving's gRPC API on --port: PredictionService, ModelService, grpc.health.v1.
+
+The services are TF Serving's own, from `tensorflow-serving-api`'s stubs, so
+a client written for TF Serving (Python, Java, Go, KServe's `grpc-v1`) works
+unchanged. They run on a grpc.aio server with its own event loop on its own
+thread, next to REST's, and share with REST everything that matters: the
+models (:class:`~tf_entrypoint.serving.lifecycle.Manager`), the inference
+workers and their admission limit
+(:class:`~tf_entrypoint.serving.app.InferencePool`), the request timeout,
+the message size limit and the drain on SIGTERM.
+
+Errors carry TF Serving's codes and messages: NOT_FOUND for an unknown
+model, version or label, INVALID_ARGUMENT for a bad tensor or signature,
+FAILED_PRECONDITION for a missing signature key, UNAVAILABLE while a model
+loads or the server drains, RESOURCE_EXHAUSTED when the admission limit is
+reached or a message is too large, DEADLINE_EXCEEDED past the client's
+deadline or --request-timeout (README: "gRPC").
+
+Health (`grpc.health.v1.Health`, Kubernetes' `grpc:` probes): service ""
+is SERVING once every model of the start-up configuration serves a version
+and NOT_SERVING while loading or draining; a service named after a model is
+SERVING while that model has an available version; TF Serving's own names
+"PredictionService" and "ModelService" are SERVING until the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.app import ServingState
+from tf_entrypoint.serving.lifecycle import Version
+from tf_entrypoint.serving.model_config import ConfigError, config_from_message
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+R = TypeVar("R")
+#: A call's context (requests and responses are protobuf messages, untyped here).
+Context = aio.ServicerContext[Any, Any]
+
+#: The gRPC method names, the `method` label of the gRPC metrics.
+METHODS = (
+    "Predict",
+    "Classify",
+    "Regress",
+    "MultiInference",
+    "GetModelMetadata",
+    "GetModelStatus",
+    "HandleReloadConfigRequest",
+)
+#: Health service names TF Serving itself sets (model_servers/server.cc).
+TF_SERVING_SERVICES = ("PredictionService", "ModelService")
+#: How often model readiness is copied into the health service.
+HEALTH_EVERY = 0.2
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
+
+
+def route_of(kind: p.Kind, request: Any) -> p.Route:
+    """The model, version or label a request's ModelSpec addresses."""
+    if not request.HasField("model_spec"):
+        raise p.bad_request("Missing ModelSpec")
+    spec = request.model_spec
+    choice = spec.WhichOneof("version_choice")
+    version = int(spec.version.value) if choice == "version" else None
+    label = spec.version_label if choice == "version_label" else None
+    return p.Route(kind, spec.name, version, label)
+
+
+def _code_number(name: str) -> int:
+    number: int = grpc.StatusCode[name].value[0]
+    return number
+
+
+def signature_def_map(signatures: dict[str, p.Signature] | Any) -> Any:
+    """The servable's signatures as TF Serving's SignatureDefMap message."""
+    out = get_model_metadata_pb2.SignatureDefMap()
+    for name, signature in sorted(signatures.items()):
+        definition = out.signature_def[name]
+        definition.method_name = signature.method_name
+        for target, specs in ((definition.inputs, signature.inputs),
+                              (definition.outputs, signature.outputs)):  # fmt: skip
+            for key, spec in specs.items():
+                info = target[key]
+                info.name = spec.tensor_name
+                info.dtype = _dtype_number(spec.dtype)
+                if spec.shape is None:
+                    info.tensor_shape.unknown_rank = True
+                else:
+                    for size in spec.shape:
+                        info.tensor_shape.dim.add(size=size)
+    return out
+
+
+def _dtype_number(name: str) -> int:
+    from tensorflow.core.framework import types_pb2  # noqa: PLC0415 - with the stubs already
+
+    value: int = types_pb2.DataType.Value(name)
+    return value
+
+
+class _Handlers:
+    """What both services share: admission, timeouts, errors, metrics."""
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
+        self.manager = state.manager
+        self.metrics = state.metrics
+
+    def timeout(self, context: Context) -> float:
+        """Seconds the request may wait and run: --request-timeout or the deadline."""
+        limits = [self.state.config.request_timeout or float("inf")]
+        remaining = context.time_remaining()
+        if remaining is not None:
+            limits.append(max(remaining, 0.001))
+        limit = min(limits)
+        return 0.0 if limit == float("inf") else limit
+
+    async def call(
+        self,
+        method: str,
+        route: Callable[[], p.Route | None],
+        context: Context,
+        answer: Callable[[p.Route | None], Any],
+    ) -> Any:
+        """Run one RPC: `answer` gives the response or raises ApiError."""
+        started = time.perf_counter()
+        target: p.Route | None = None
+        try:
+            if self.state.draining:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            target = route()
+            response = answer(target)
+            if asyncio.iscoroutine(response):
+                response = await response
+            code, message = "OK", ""
+        except p.ApiError as err:
+            code, message = err.code, err.message
+        except ConfigError as err:
+            code, message = "INVALID_ARGUMENT", str(err)
+        except asyncio.CancelledError:  # the client went away or its deadline passed
+            self._observe(method, "CANCELLED", started, target)
+            raise
+        self._observe(method, code, started, target)
+        if code != "OK":
+            await context.abort(grpc.StatusCode[code], message)
+        return response
+
+    async def infer(self, route: p.Route, context: Context, work: Callable[[], R]) -> R:
+        """Check the route, then run `work` on an inference worker within the timeout."""
+        self.manager.check(route)  # unknown model or not loaded: no worker needed
+        timeout = self.timeout(context)
+        try:
+            return await self.state.pool.run(work, timeout)
+        except p.ApiError as err:
+            if err.code == "DEADLINE_EXCEEDED" and timeout < (
+                self.state.config.request_timeout or float("inf")
+            ):
+                raise p.ApiError(504, "Deadline Exceeded") from None
+            raise
+
+    def _observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
+        self.metrics.observe_grpc(
+            method, code, time.perf_counter() - started, self.state.model_label(route)
+        )
+
+    def observe_inference(self, route: p.Route, seconds: float) -> None:
+        self.metrics.inference.labels(self.state.model_label(route)).observe(seconds)
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
+    def __init__(self, handlers: _Handlers) -> None:
+        self.h = handlers
+
+    async def Predict(self, request: Any, context: Context) -> Any:
+        async def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101 - route_of returns one or raises
+            return await self.h.infer(
+                route, context, functools.partial(self._predict, route, request)
+            )
+
+        return await self.h.call("Predict", lambda: route_of("predict", request), context, answer)
+
+    def _predict(self, route: p.Route, request: Any) -> Any:
+        """On a worker: choose the version now (a swap may have happened while queued)."""
+        with self.h.manager.lease(route) as version:
+            servable = _servable(version)
+            started = time.perf_counter()
+            name, outputs = servable.predict_protos(
+                request.model_spec.signature_name, request.inputs, list(request.output_filter)
+            )
+            self.h.observe_inference(route, time.perf_counter() - started)
+            response = predict_pb2.PredictResponse()
+            _model_spec(response.model_spec, route.model, version.number, name)
+            for alias, tensor in outputs.items():
+                response.outputs[alias].CopyFrom(tensor)
+        return response
+
+    async def GetModelMetadata(self, request: Any, context: Context) -> Any:
+        def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101
+            fields = list(request.metadata_field)
+            if not fields:
+                raise p.bad_request(
+                    "GetModelMetadataRequest must specify at least one metadata_field"
+                )
+            for field in fields:
+                if field != "signature_def":
+                    raise p.bad_request(f"Metadata field {field} is not supported")
+            with self.h.manager.lease(route) as version:
+                response = get_model_metadata_pb2.GetModelMetadataResponse()
+                _model_spec(response.model_spec, route.model, version.number, "")
+                response.metadata["signature_def"].Pack(
+                    signature_def_map(_servable(version).signatures)
+                )
+            return response
+
+        return await self.h.call(
+            "GetModelMetadata", lambda: route_of("metadata", request), context, answer
+        )
+
+    async def Classify(self, request: Any, context: Context) -> Any:
+        return await self._examples("Classify", "classify", request, context)
+
+    async def Regress(self, request: Any, context: Context) -> Any:
+        return await self._examples("Regress", "regress", request, context)
+
+    async def _examples(self, method: str, kind: p.Kind, request: Any, context: Context) -> Any:
+        async def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101
+            work = functools.partial(self._run_examples, kind, route, request)
+            return await self.h.infer(route, context, work)
+
+        return await self.h.call(method, lambda: route_of(kind, request), context, answer)
+
+    def _run_examples(self, kind: p.Kind, route: p.Route, request: Any) -> Any:
+        """On a worker: Classify or Regress on the request's tf.Examples."""
+        from tensorflow_serving.apis import classification_pb2, regression_pb2  # noqa: PLC0415
+
+        from tf_entrypoint.serving import examples  # noqa: PLC0415
+
+        serialized = examples.serialized_examples(request.input)
+        name = request.model_spec.signature_name or p.DEFAULT_SIGNATURE
+        with self.h.manager.lease(route) as version:
+            servable = _servable(version)
+            started = time.perf_counter()
+            if kind == "classify":
+                classes = servable.classify(name, serialized)
+                response = classification_pb2.ClassificationResponse()
+                for pairs in classes:
+                    entry = response.result.classifications.add()
+                    for label, score in pairs:
+                        entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+            else:
+                values = servable.regress(name, serialized)
+                response = regression_pb2.RegressionResponse()
+                for value in values:
+                    response.result.regressions.add(value=value)
+            self.h.observe_inference(route, time.perf_counter() - started)
+            _model_spec(response.model_spec, route.model, version.number, name)
+        return response
+
+    async def MultiInference(self, request: Any, context: Context) -> Any:
+        def answer(route: p.Route | None) -> Any:
+            raise p.ApiError(
+                501,
+                "MultiInference is not supported by this server: use Predict, Classify or Regress",
+            )
+
+        return await self.h.call("MultiInference", lambda: None, context, answer)
+
+
+class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
+    def __init__(self, handlers: _Handlers) -> None:
+        self.h = handlers
+
+    async def GetModelStatus(self, request: Any, context: Context) -> Any:
+        def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101
+            response = get_model_status_pb2.GetModelStatusResponse()
+            for status in self.h.manager.status(route):
+                entry = response.model_version_status.add()
+                entry.version = status.version
+                entry.state = _STATES[status.state]
+                entry.status.error_code = _code_number(status.error_code)
+                entry.status.error_message = status.error_message
+            return response
+
+        return await self.h.call(
+            "GetModelStatus", lambda: route_of("status", request), context, answer
+        )
+
+    async def HandleReloadConfigRequest(self, request: Any, context: Context) -> Any:
+        async def answer(route: p.Route | None) -> Any:
+            config = request.config
+            if config.WhichOneof("config") != "model_config_list":
+                raise p.bad_request(
+                    "ServerModelConfig type not supported by HandleReloadConfigRequest. "
+                    "Only ModelConfigList is currently supported"
+                )
+            wanted = config_from_message(config, origin="ReloadConfigRequest", base_dir=Path.cwd())
+            if self.h.state.config.models.path is not None and (
+                self.h.state.config.model_config_file_poll_wait > 0
+            ):
+                log.warning(
+                    "HandleReloadConfigRequest: %s is re-read every %g s and wins when it "
+                    "changes, as in TF Serving",
+                    self.h.state.config.models.path,
+                    self.h.state.config.model_config_file_poll_wait,
+                )
+            future = self.h.manager.submit(wanted)
+            timeout = self.h.timeout(context)
+            try:
+                errors = await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
+            except TimeoutError:
+                raise p.ApiError(
+                    504,
+                    "The new configuration is applied, but its versions did not finish "
+                    f"loading within {timeout:g} s; GetModelStatus shows their progress",
+                ) from None
+            except RuntimeError as err:
+                raise p.ApiError(503, str(err), code="UNAVAILABLE") from None
+            if errors:
+                raise p.ApiError(500, "; ".join(errors), code="UNKNOWN")
+            response = model_management_pb2.ReloadConfigResponse()
+            response.status.error_code = 0
+            return response
+
+        return await self.h.call("HandleReloadConfigRequest", lambda: None, context, answer)
+
+
+def _servable(version: Version) -> Any:
+    servable = version.servable
+    assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+    return servable
+
+
+def _model_spec(spec: Any, name: str, version: int, signature_name: str) -> None:
+    spec.name = name
+    spec.version.value = version
+    spec.signature_name = signature_name
+
+
+class GrpcServer:
+    """The gRPC server on its own thread and event loop.
+
+    :meth:`start` returns once the port is bound (or raises OSError);
+    :meth:`drain` (any thread) turns health NOT_SERVING, refuses new calls
+    and gives calls in flight `grace` seconds; :meth:`join` waits for that.
+    """
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
+        self.health = health.aio.HealthServicer()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain: asyncio.Event | None = None
+        self._bound = threading.Event()
+        self._failure: BaseException | None = None
+        #: Every model name health has reported on.
+        self._models: set[str] = set()
+
+    def addresses(self) -> list[str]:
+        config = self.state.config
+        found = []
+        if config.grpc_port:
+            found.append(f"{config.host}:{config.grpc_port}")
+        socket_path = getattr(config, "grpc_socket_path", None)
+        if socket_path:
+            found.append(f"unix:{socket_path}")
+        return found
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="grpc", daemon=True)
+        self._thread.start()
+        self._bound.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def drain(self) -> None:
+        loop, event = self._loop, self._drain
+        if loop is not None and event is not None:
+            loop.call_soon_threadsafe(event.set)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as err:  # noqa: BLE001 - handed to start()'s caller
+            self._failure = err
+        finally:
+            self._bound.set()
+            loop.close()
+
+    async def _serve(self) -> None:
+        config = self.state.config
+        self._drain = asyncio.Event()
+        server = aio.server(
+            options=[
+                ("grpc.max_receive_message_length", config.max_body_bytes),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        handlers = _Handlers(self.state)
+        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+            PredictionService(handlers), server
+        )
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        for address in self.addresses():
+            try:
+                bound = server.add_insecure_port(address)
+            except RuntimeError as err:
+                raise OSError(f"cannot listen for gRPC on {address}: {err}") from None
+            if not bound and not address.startswith("unix:"):
+                raise OSError(f"cannot listen for gRPC on {address} (in use?)")
+        await self._update_health()
+        for name in TF_SERVING_SERVICES:
+            await self.health.set(name, _SERVING)
+        await server.start()
+        self._bound.set()
+        watcher = asyncio.create_task(self._watch_health())
+        await self._drain.wait()
+        watcher.cancel()
+        await self.health.enter_graceful_shutdown()
+        await server.stop(config.grace_period)
+
+    async def _watch_health(self) -> None:
+        while True:
+            await self._update_health()
+            await asyncio.sleep(HEALTH_EVERY)
+
+    async def _update_health(self) -> None:
+        pending, serving = self.state.manager.readiness()
+        ready = not pending and not self.state.draining
+        await self.health.set("", _SERVING if ready else _NOT_SERVING)
+        for name, versions in serving.items():
+            await self.health.set(name, _SERVING if versions else _NOT_SERVING)
+        for name in self._models - set(serving):  # removed from the configuration
+            await self.health.set(name, _NOT_SERVING)
+        self._models |= set(serving)

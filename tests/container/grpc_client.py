@@ -1,0 +1,303 @@
+"""A TF Serving gRPC client for the container tests: runs in the image, prints JSON.
+
+    python grpc_client.py ADDRESS [OPERATIONS_JSON]   (else read from stdin)
+
+The client is TF Serving's own: `tensorflow-serving-api`'s stubs and
+TensorFlow's make_tensor_proto/make_ndarray, as a program written for TF
+Serving uses them. stdin is a JSON list of operations; stdout is a JSON list
+with one result per operation: {"code": "OK" or the status code's name,
+"message": ..., "response": the response as a dict (MessageToDict), plus
+what the operation adds}. Operations ({"op": ...}):
+
+- predict: model, version|label, signature, inputs {name: {dtype, values}},
+  output_filter, timeout; the result adds "outputs" {name: nested list}.
+- predict_many: model, n, x0; n concurrent predicts of x = [x0 + i]; the
+  result is {"answers": [[i, y, version] or [i, code, message]]}.
+- dtypes: model; sends every dtype as make_tensor_proto writes it
+  (tensor_content) and as the typed fields, compares what comes back.
+- metadata (model, version, fields), status (model, version),
+  reload (config: text ModelServerConfig), health (service), classify and
+  regress (model, signature, examples: [{feature: [floats]}]),
+  multi_inference (model), big (floats: a predict of that many zeros),
+  watch (service, seconds: Health.Watch's statuses), parallel (ops: at once).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import sys
+from typing import Any
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from google.protobuf import json_format, text_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+from tensorflow_serving.config import model_server_config_pb2
+
+#: Every dtype TF Serving takes in a Predict, with values that survive the trip.
+DTYPES: dict[str, list[Any]] = {
+    "float16": [0.5, -2.0, 1024.0],
+    "bfloat16": [0.5, -2.0, 256.0],
+    "float32": [0.1, -2.5, 3.4e38],
+    "float64": [0.1, -2.5, 1e300],
+    "int8": [-128, 0, 127],
+    "int16": [-32768, 1, 32767],
+    "int32": [-(2**31), 2, 2**31 - 1],
+    "int64": [-(2**63), 3, 2**63 - 1],
+    "uint8": [0, 1, 255],
+    "uint16": [0, 2, 65535],
+    "uint32": [0, 3, 2**32 - 1],
+    "uint64": [0, 4, 2**64 - 1],
+    "bool": [True, False, True],
+    "string": [b"a", b"\xff\x00binary", "\u00e9t\u00e9".encode()],
+    "complex64": [1 + 2j, -0.5j, 3.0],
+    "complex128": [1e-300 + 2j, -0.5j, 3.0],
+}
+
+
+def spec(message: Any, op: dict[str, Any]) -> None:
+    message.model_spec.name = op.get("model", "model")
+    if "version" in op:
+        message.model_spec.version.value = op["version"]
+    if "label" in op:
+        message.model_spec.version_label = op["label"]
+    if "signature" in op:
+        message.model_spec.signature_name = op["signature"]
+
+
+def call(method: Any, request: Any, timeout: float | None = 60) -> tuple[str, str, Any]:
+    try:
+        return "OK", "", method(request, timeout=timeout)
+    except grpc.RpcError as err:
+        return err.code().name, err.details() or "", None
+
+
+def as_dict(response: Any) -> Any:
+    if response is None:
+        return None
+    return json_format.MessageToDict(response, preserving_proto_field_name=True)
+
+
+def typed_fields(array: Any, dtype: str) -> Any:
+    """The same tensor with its values in the typed field (as TF Serving writes them)."""
+    proto = tf.make_tensor_proto(array, dtype=getattr(tf, dtype))
+    proto.ClearField("tensor_content")
+    flat = array.reshape(-1)
+    if dtype in ("float16", "bfloat16"):
+        proto.half_val.extend(flat.view(np.uint16).tolist())
+    elif dtype.startswith("complex"):
+        pairs = [part for number in flat.tolist() for part in (number.real, number.imag)]
+        (proto.scomplex_val if dtype == "complex64" else proto.dcomplex_val).extend(pairs)
+    else:
+        field = {
+            "float32": "float_val", "float64": "double_val", "int64": "int64_val",
+            "uint32": "uint32_val", "uint64": "uint64_val", "bool": "bool_val",
+            "string": "string_val",
+        }.get(dtype, "int_val")  # fmt: skip
+        values = flat.tolist()
+        getattr(proto, field).extend(values)
+    return proto
+
+
+class Stubs:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        self.channel = grpc.insecure_channel(address, options=options)
+        self.predictions = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
+        self.health: Any = health_pb2_grpc.HealthStub(self.channel)
+
+
+def result(code: str, message: str, response: Any, **extra: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, "response": as_dict(response), **extra}
+
+
+def op_predict(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = predict_pb2.PredictRequest()
+    spec(request, op)
+    for name, tensor in op.get("inputs", {}).items():
+        array = np.array(tensor["values"], dtype=tensor.get("dtype", "float32"))
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(array, shape=tensor.get("shape")))
+    request.output_filter.extend(op.get("output_filter", []))
+    code, message, response = call(stubs.predictions.Predict, request, op.get("timeout", 60))
+    extra: dict[str, Any] = {}
+    if response is not None:
+        extra["outputs"] = {k: tf.make_ndarray(v).tolist() for k, v in response.outputs.items()}
+        extra["fields"] = {
+            k: sorted(f.name for f, _ in v.ListFields()) for k, v in response.outputs.items()
+        }
+    return result(code, message, response, **extra)
+
+
+def op_predict_many(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    n, x0 = op["n"], op.get("x0", 0)
+
+    def one(i: int) -> list[Any]:
+        request = predict_pb2.PredictRequest()
+        spec(request, op)
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto([float(x0 + i)], tf.float32))
+        code, message, response = call(stubs.predictions.Predict, request)
+        if response is None:
+            return [i, code, message]
+        y = float(tf.make_ndarray(response.outputs["y"])[0])
+        return [i, y, int(response.model_spec.version.value)]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+        answers = list(pool.map(one, range(n)))
+    return {"code": "OK", "answers": answers}
+
+
+def _numpy(dtype: str, values: list[Any]) -> Any:
+    if dtype == "string":
+        return np.array(values, dtype=object)
+    return np.array(values, dtype=tf.dtypes.as_dtype(getattr(tf, dtype)).as_numpy_dtype)
+
+
+def op_dtypes(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    compared: dict[str, Any] = {}
+    for form in ("tensor_content", "typed_fields"):
+        request = predict_pb2.PredictRequest()
+        spec(request, op)
+        sent = {dtype: _numpy(dtype, values) for dtype, values in DTYPES.items()}
+        for dtype, array in sent.items():
+            if form == "tensor_content":
+                proto = tf.make_tensor_proto(array, dtype=getattr(tf, dtype))
+            else:
+                proto = typed_fields(array, dtype)
+            request.inputs[f"in_{dtype}"].CopyFrom(proto)
+        code, message, response = call(stubs.predictions.Predict, request)
+        if response is None:
+            compared[form] = [code, message]
+            continue
+        compared[form] = {}
+        for dtype, array in sent.items():
+            out = response.outputs[f"out_{dtype}"]
+            same = bool(np.array_equal(tf.make_ndarray(out), array))
+            compared[form][dtype] = same and out.tensor_content == b""
+    return {"code": "OK", "compared": compared}
+
+
+def op_metadata(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    spec(request, op)
+    request.metadata_field.extend(op.get("fields", ["signature_def"]))
+    code, message, response = call(stubs.predictions.GetModelMetadata, request)
+    extra = {}
+    if response is not None:
+        defs = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata["signature_def"].Unpack(defs)
+        extra["signature_def"] = as_dict(defs)
+    return result(code, message, response, **extra)
+
+
+def op_status(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = get_model_status_pb2.GetModelStatusRequest()
+    spec(request, op)
+    return result(*call(stubs.models.GetModelStatus, request))
+
+
+def op_reload(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = model_management_pb2.ReloadConfigRequest()
+    config = model_server_config_pb2.ModelServerConfig()
+    text_format.Parse(op["config"], config)
+    request.config.CopyFrom(config)
+    return result(*call(stubs.models.HandleReloadConfigRequest, request, 120))
+
+
+def op_health(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = health_pb2.HealthCheckRequest(service=op.get("service", ""))
+    return result(*call(stubs.health.Check, request, 5))
+
+
+def op_examples(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    classify = op["op"] == "classify"
+    request: Any = (
+        classification_pb2.ClassificationRequest()
+        if classify
+        else regression_pb2.RegressionRequest()
+    )
+    spec(request, op)
+    for features in op.get("examples", []):
+        example = request.input.example_list.examples.add()
+        for key, values in features.items():
+            example.features.feature[key].float_list.value.extend(values)
+    method = stubs.predictions.Classify if classify else stubs.predictions.Regress
+    return result(*call(method, request))
+
+
+def op_multi_inference(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = inference_pb2.MultiInferenceRequest()
+    task = request.tasks.add()
+    task.model_spec.name = op.get("model", "model")
+    task.method_name = "tensorflow/serving/regress"
+    return result(*call(stubs.predictions.MultiInference, request))
+
+
+def op_big(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """A predict of op["floats"] zeros: to cross the message size limit."""
+    request = predict_pb2.PredictRequest()
+    spec(request, op)
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.zeros(op["floats"], dtype=np.float32)))
+    code, message, _ = call(stubs.predictions.Predict, request)
+    return result(code, message, None)
+
+
+def op_watch(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """Health.Watch on op["service"] for up to op["seconds"]: the statuses seen, in order."""
+    request = health_pb2.HealthCheckRequest(service=op.get("service", ""))
+    seen: list[str] = []
+    try:
+        for answer in stubs.health.Watch(request, timeout=op.get("seconds", 30)):
+            seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+    except grpc.RpcError as err:
+        return {"code": err.code().name, "message": err.details() or "", "seen": seen}
+    return {"code": "OK", "message": "", "seen": seen}
+
+
+def op_parallel(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """Run op["ops"] at once, each on its own thread (and channel)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(op["ops"])) as pool:
+        futures = [pool.submit(OPERATIONS[o["op"]], Stubs(stubs.address), o) for o in op["ops"]]
+        return {"code": "OK", "results": [f.result() for f in futures]}
+
+
+OPERATIONS = {
+    "watch": op_watch,
+    "parallel": op_parallel,
+    "predict": op_predict,
+    "predict_many": op_predict_many,
+    "dtypes": op_dtypes,
+    "metadata": op_metadata,
+    "status": op_status,
+    "reload": op_reload,
+    "health": op_health,
+    "classify": op_examples,
+    "regress": op_examples,
+    "multi_inference": op_multi_inference,
+    "big": op_big,
+}
+
+
+def main() -> int:
+    stubs = Stubs(sys.argv[1])
+    operations = json.loads(sys.argv[2]) if len(sys.argv) > 2 else json.load(sys.stdin)
+    print(json.dumps([OPERATIONS[op["op"]](stubs, op) for op in operations]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

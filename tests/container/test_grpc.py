@@ -1,0 +1,317 @@
+"""TF Serving's gRPC API in the real image, called by TF Serving's own client stubs.
+
+The server runs under --cpus 1 with gRPC on 8500 and REST on 8501. The client
+(grpc_client.py: `tensorflow-serving-api`'s stubs and TensorFlow's
+make_tensor_proto/make_ndarray) runs in a second container of the same image
+that shares the server's network namespace, as a sidecar would. Models:
+plus/1 and plus/2 (y = x + V, from make_models.py), dtypes/1 (identity for
+every dtype) and slow/1 (counts to n before answering), from make_grpc_models.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from docker.models.containers import Container
+
+from tests.container.dockerkit import Containers, poll, remove, wait
+
+HERE = Path(__file__).resolve().parent
+READY_TIMEOUT = 180
+CONFIG = """
+model_config_list {
+  config { name: "plus" base_path: "/models/plus"
+           model_version_policy { all {} }
+           version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
+  config { name: "dtypes" base_path: "/models/dtypes" }
+  config { name: "slow" base_path: "/models/slow" }
+}
+"""
+
+
+@dataclass
+class Server:
+    containers: Containers
+    container: Container
+    rest: str
+
+    def grpc(self, *operations: dict[str, Any], timeout: float = 300) -> list[dict[str, Any]]:
+        """Run the operations with TF Serving's stubs in a sidecar container."""
+        ran = self.containers.run(
+            ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(operations))],
+            network_mode=f"container:{self.container.id}",
+            volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
+            timeout=timeout,
+        )
+        assert ran.exit_code == 0, ran.stderr
+        results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
+        return results
+
+    def metric(self, name: str) -> float:
+        for line in httpx2.get(self.rest + "/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+    def logs(self) -> str:
+        return self.container.logs().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("grpc-library")
+    root.chmod(0o777)
+    volumes = {
+        str(root): {"bind": "/models", "mode": "rw"},
+        str(HERE): {"bind": "/t", "mode": "ro"},
+    }
+    for command in (
+        ["python", "/t/make_models.py", "/models/plus", "1", "2"],
+        ["python", "/t/make_grpc_models.py", "/models"],
+    ):
+        ran = containers.run(command, volumes=volumes, timeout=300)
+        assert ran.exit_code == 0, ran.stderr
+    (root / "models.config").write_text(CONFIG)
+    return root
+
+
+@contextmanager
+def serving(containers: Containers, models: Path, *args: str) -> Iterator[Server]:
+    container = containers.start(
+        ["serve", "--wait-for-model", "60", *args],
+        volumes={str(models): {"bind": "/models", "mode": "ro"}},
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(containers, container, f"http://127.0.0.1:{port}")
+
+        def ready() -> bool:
+            container.reload()
+            assert container.status == "running", server.logs()
+            try:
+                return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+            except httpx2.TransportError:
+                return False
+
+        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+        yield server
+    finally:
+        remove(container)
+
+
+@pytest.fixture(scope="module")
+def server(containers: Containers, library: Path) -> Iterator[Server]:
+    with serving(containers, library, "--model_config_file=/models/models.config") as running:
+        yield running
+
+
+def x_tensor(*values: float, dtype: str = "float32") -> dict[str, Any]:
+    return {"values": list(values), "dtype": dtype}
+
+
+def test_every_rpc_answers_as_tf_serving_does(server: Server) -> None:
+    ops: list[dict[str, Any]] = [
+        {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0, 2.5)}},
+        {"op": "predict", "model": "plus", "version": 1, "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "label": "canary", "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "label": "stable", "signature": "serving_default",
+         "inputs": {"x": x_tensor(1.0)}, "output_filter": ["y"]},
+        {"op": "metadata", "model": "plus", "version": 1},
+        {"op": "status", "model": "plus"},
+        {"op": "health", "service": ""},
+        {"op": "health", "service": "plus"},
+        {"op": "health", "service": "PredictionService"},
+    ]  # fmt: skip
+    (latest, v1, canary, stable, metadata, status, *health) = server.grpc(*ops)
+    assert latest["code"] == "OK", latest
+    assert latest["outputs"] == {"y": [3.0, 4.5]}
+    assert latest["response"]["model_spec"] == {
+        "name": "plus", "version": "2", "signature_name": "serving_default"
+    }  # fmt: skip
+    # Values come back in the typed field, as TF Serving's AsProtoField writes them.
+    assert latest["fields"]["y"] == ["dtype", "float_val", "tensor_shape"]
+    assert (v1["outputs"], canary["outputs"], stable["outputs"]) == (
+        {"y": [2.0]}, {"y": [3.0]}, {"y": [2.0]}
+    )  # fmt: skip
+    assert metadata["response"]["model_spec"] == {"name": "plus", "version": "1"}
+    signature = metadata["signature_def"]["signature_def"]["serving_default"]
+    assert signature["method_name"] == "tensorflow/serving/predict"
+    assert signature["inputs"]["x"]["dtype"] == "DT_FLOAT"
+    assert signature["inputs"]["x"]["tensor_shape"] == {"dim": [{"size": "-1"}]}
+    assert signature["outputs"]["y"]["dtype"] == "DT_FLOAT"
+    assert status["response"]["model_version_status"] == [
+        {"version": "2", "state": "AVAILABLE", "status": {}},
+        {"version": "1", "state": "AVAILABLE", "status": {}},
+    ]
+    assert [h["response"] for h in health] == [{"status": "SERVING"}] * 3
+
+
+def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
+    ops: list[dict[str, Any]] = [
+        {"op": "predict", "model": "nope", "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "version": 9, "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "label": "nolabel", "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "inputs": {"z": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1, dtype="int32")}},
+        {"op": "predict", "model": "plus", "inputs": {"x": {"values": [[1.0]]}}},
+        {"op": "predict", "model": "plus", "signature": "nope", "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}, "output_filter": ["q"]},
+        {"op": "metadata", "model": "plus", "fields": []},
+        {"op": "metadata", "model": "plus", "fields": ["bogus"]},
+        {"op": "status", "model": "plus", "version": 7},
+        {"op": "status", "model": "nope"},
+        {"op": "health", "service": "nope"},
+        {"op": "multi_inference", "model": "plus"},
+        {"op": "big", "model": "plus", "floats": 3_000_000},
+    ]  # fmt: skip
+    got = [(r["code"], r["message"]) for r in server.grpc(*ops)]
+    assert got == [
+        ("NOT_FOUND", "Servable not found for request: Latest(nope)"),
+        ("NOT_FOUND", "Servable not found for request: Specific(plus, 9)"),
+        # TF Serving's code for an unknown label (server_core.cc), not NOT_FOUND.
+        ("INVALID_ARGUMENT", "Unrecognized servable version label: nolabel"),
+        ("INVALID_ARGUMENT", "input size does not match signature: 1!=1 len({z}) != len({x}). "
+         "Sent extra: {z}. Missing but required: {x}."),
+        ("INVALID_ARGUMENT", "Expects arg[0] to be float but int32 is provided"),
+        ("INVALID_ARGUMENT", "input 'x' has shape [1,1], but signature 'serving_default' "
+         "expects [-1] (-1: any size)"),
+        ("FAILED_PRECONDITION", 'Serving signature key "nope" not found.'),
+        ("INVALID_ARGUMENT", "output tensor alias not found in signature: q Outputs expected "
+         "to be in the set {y}."),
+        ("INVALID_ARGUMENT", "GetModelMetadataRequest must specify at least one metadata_field"),
+        ("INVALID_ARGUMENT", "Metadata field bogus is not supported"),
+        ("NOT_FOUND", "Could not find version 7 of model plus"),
+        ("NOT_FOUND", "Could not find any versions of model nope"),
+        ("NOT_FOUND", ""),
+        ("UNIMPLEMENTED", "MultiInference is not supported by this server: use Predict, "
+         "Classify or Regress"),
+        ("RESOURCE_EXHAUSTED", got[-1][1]),
+    ]  # fmt: skip
+    # 12 MB of floats against the 8 MiB limit (--max-body-bytes, REST's too).
+    assert "Received message larger than max" in got[-1][1]
+    assert "Traceback" not in server.logs()
+
+
+def test_every_dtype_round_trips(server: Server) -> None:
+    (result,) = server.grpc({"op": "dtypes", "model": "dtypes"})
+    for form in ("tensor_content", "typed_fields"):
+        compared = result["compared"][form]
+        assert isinstance(compared, dict), compared
+        assert compared == dict.fromkeys(compared, True), form
+        assert len(compared) == 16
+
+
+def test_400_concurrent_predicts_are_all_answered_correctly(
+    containers: Containers, library: Path
+) -> None:
+    # The admission limit (32 per worker by default) is raised so that all 400
+    # are admitted: this test is about correctness under concurrency; the
+    # limit has its own test below.
+    with serving(
+        containers, library, "--model_config_file=/models/models.config", "--max-queue", "512"
+    ) as server:
+        (result,) = server.grpc({"op": "predict_many", "model": "plus", "n": 400, "x0": 1000})
+    answers = result["answers"]
+    assert len(answers) == 400
+    wrong = [a for a in answers if a[1:] != [1000 + a[0] + 2, 2]]
+    assert wrong == []
+
+
+def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
+    containers: Containers, library: Path
+) -> None:
+    with serving(
+        containers, library, "--model_config_file=/models/models.config",
+        "--workers", "1", "--max-queue", "1", "--request-timeout", "1",
+    ) as server:  # fmt: skip
+        forever = {"values": 10**10, "dtype": "int64"}
+        slow = {"op": "predict", "model": "slow", "inputs": {"x": x_tensor(1.0), "n": forever}}
+        crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}}] * 8
+        (together,) = server.grpc({"op": "parallel", "ops": [slow, *crowd]})
+        short = {**slow, "timeout": 0.5}
+        (deadline,) = server.grpc(short)
+    first, *rest = together["results"]
+    assert (first["code"], first["message"]) == (
+        "DEADLINE_EXCEEDED", "Request timed out after 1 s (--request-timeout)"
+    )  # fmt: skip
+    codes = {r["code"] for r in rest}
+    assert "RESOURCE_EXHAUSTED" in codes, rest
+    assert codes <= {"OK", "RESOURCE_EXHAUSTED"}, rest
+    refused = next(r for r in rest if r["code"] == "RESOURCE_EXHAUSTED")
+    assert refused["message"].startswith("Server is at capacity")
+    assert deadline["code"] == "DEADLINE_EXCEEDED"
+
+
+#: Loop steps of slow/1 for a call that stays in flight a few seconds under --cpus 1.
+SLOW_STEPS = 3_000_000
+
+
+def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = tmp_path / "models"
+    (models / "slow").mkdir(parents=True)
+    models.chmod(0o777)
+    (models / "slow").chmod(0o777)
+    container = containers.start(
+        ["serve", "--model_name=slow", "--grace-period", "30"],
+        volumes={str(models): {"bind": "/models", "mode": "ro"}},
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(containers, container, f"http://127.0.0.1:{port}")
+        listening = "gRPC (TF Serving's PredictionService"
+        assert poll(lambda: listening in server.logs(), READY_TIMEOUT, 0.25), server.logs()
+        # No version on disk yet: loading.
+        loading = server.grpc({"op": "health"}, {"op": "health", "service": "slow"})
+        assert [r["response"] for r in loading] == [{"status": "NOT_SERVING"}] * 2
+        staged = models / "slow" / ".staged-1"
+        shutil.copytree(library / "slow" / "1", staged)
+        staged.rename(models / "slow" / "1")
+        ready = server.grpc({"op": "health"}, {"op": "health", "service": "slow"})
+        assert [r["response"] for r in ready] == [{"status": "SERVING"}] * 2, server.logs()
+
+        # A health watch and a long predict are in flight when SIGTERM comes.
+        slow = {"op": "predict", "model": "slow", "inputs": {
+            "x": x_tensor(7.0), "n": {"values": SLOW_STEPS, "dtype": "int64"}}}  # fmt: skip
+        operations = [{"op": "parallel", "ops": [{"op": "watch", "seconds": 120}, slow]}]
+        client = containers.start(
+            ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(operations)],
+            network_mode=f"container:{container.id}",
+            volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
+        )
+        try:
+            in_flight = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
+            assert poll(in_flight, 120, 0.05), server.logs()
+            sent = time.monotonic()
+            container.kill(signal="SIGTERM")
+            ran = wait(client, 120)
+        finally:
+            remove(client)
+        stopped = wait(container, 60)
+        drained_in = time.monotonic() - sent
+    finally:
+        remove(container)
+    assert ran.exit_code == 0, ran.stderr
+    watch, answer = json.loads(ran.stdout.strip().splitlines()[-1])[0]["results"]
+    assert (answer["code"], answer["outputs"]) == ("OK", {"y": [7.0]}), answer
+    assert watch["seen"] == ["SERVING", "NOT_SERVING"], watch
+    assert stopped.exit_code == 0, stopped.stderr
+    assert "received SIGTERM: draining" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert drained_in < 30
