@@ -26,6 +26,7 @@ SERVING while that model has an available version; TF Serving's own names
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -398,8 +399,11 @@ class GrpcServer:
             raise self._failure
 
     def drain(self) -> None:
+        """Start the drain (idempotent; a no-op once the server has stopped)."""
         loop, event = self._loop, self._drain
-        if loop is not None and event is not None:
+        if loop is None or event is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: already stopped
             loop.call_soon_threadsafe(event.set)
 
     def join(self, timeout: float | None = None) -> None:

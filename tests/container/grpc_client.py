@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import sys
+import time
 from typing import Any
 
 import grpc
@@ -269,9 +270,14 @@ def op_watch(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_parallel(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    """Run op["ops"] at once, each on its own thread (and channel)."""
+    """Run op["ops"] at once, each on its own thread (and channel), each op["after"] s late."""
+
+    def later(o: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(o.get("after", 0))
+        return OPERATIONS[o["op"]](Stubs(stubs.address), o)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(op["ops"])) as pool:
-        futures = [pool.submit(OPERATIONS[o["op"]], Stubs(stubs.address), o) for o in op["ops"]]
+        futures = [pool.submit(later, o) for o in op["ops"]]
         return {"code": "OK", "results": [f.result() for f in futures]}
 
 
