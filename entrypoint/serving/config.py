@@ -213,9 +213,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("model_name", "the model to serve (ignored with --model_config_file)",
          aliases=("model-name",), env=ENV_MODEL_NAME, default=DEFAULT_MODEL_NAME),
     Flag("model_base_path", "TF Serving's meaning: the model's own directory, holding "
-         "<version>/saved_model.pb (ignored with --model_config_file)",
+         "VERSION/saved_model.pb (ignored with --model_config_file)",
          default="MODEL_BASE_PATH/MODEL_NAME"),
-    Flag("model-base-path", "the directory holding MODEL_NAME/<version>/saved_model.pb (as "
+    Flag("model-base-path", "the directory holding MODEL_NAME/VERSION/saved_model.pb (as "
          "TF Serving's image reads MODEL_BASE_PATH); not with --model_base_path",
          env=ENV_MODEL_BASE_PATH, default=DEFAULT_MODEL_BASE_PATH, tf_serving=False),
     Flag("model_config_file", "TF Serving's model config file (text ModelServerConfig): "
