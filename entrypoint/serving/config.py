@@ -617,9 +617,10 @@ def parse_config(
         raise
     grpc_port = values.get("port", _port, DEFAULT_GRPC_PORT)
     rest_port = values.get("rest_api_port", _port, DEFAULT_REST_PORT)
-    if grpc_port == 0 and rest_port == 0:
+    socket_path = values.get("grpc_socket_path", _path, None)
+    if grpc_port == 0 and rest_port == 0 and socket_path is None:
         raise UsageError("--port and --rest_api_port are both 0: nothing to serve")
-    if grpc_port == rest_port:
+    if grpc_port == rest_port != 0:
         raise UsageError(
             f"--port and --rest_api_port are both {grpc_port}: --port is the gRPC port, "
             "as in TF Serving (it was the REST port before gRPC was served); give REST "
@@ -656,7 +657,7 @@ def parse_config(
         log_level=values.get("log-level", _log_level, "info"),
         budget=budget,
         monitoring_config_file=None if monitoring is None else Path(monitoring),
-        grpc_socket_path=values.get("grpc_socket_path", _path, None),
+        grpc_socket_path=socket_path,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
         notes=(*notes, *model_notes),
     )

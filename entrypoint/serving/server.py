@@ -96,9 +96,10 @@ def _describe(config: ServeConfig) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _read_config(argv: Sequence[str]) -> ServeConfig | int:
+    """The settings, or the exit code once --help, --version or the error is printed."""
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        return parse_config(argv, os.environ)
     except ShowText as shown:
         sys.stdout.write(shown.text)
         return EXIT_OK
@@ -108,6 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = _read_config(sys.argv[1:] if argv is None else argv)
+    if isinstance(config, int):
+        return config
     _configure_logging(config.log_level)
     log.info("%s", _describe(config))
     for note in config.notes:
@@ -173,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _start_grpc(state: ServingState) -> GrpcServer | None:
     """The gRPC server, listening (OSError if it cannot); None when not asked for."""
     config = state.config
-    if not (config.grpc_port or getattr(config, "grpc_socket_path", None)):
+    if not (config.grpc_port or config.grpc_socket_path):
         return None
     from tf_entrypoint.serving.grpc_api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
 

@@ -219,6 +219,13 @@ def test_variables_are_named_when_invalid() -> None:
         parse(env={"PORT": "http"})
 
 
+def test_a_socket_alone_is_something_to_serve() -> None:
+    conf = parse("--port=0", "--rest_api_port=0", "--grpc_socket_path=/tmp/s")
+    assert (conf.grpc_port, conf.rest_port, conf.grpc_socket_path) == (0, 0, "/tmp/s")
+    with pytest.raises(UsageError, match="nothing to serve"):
+        parse("--port=0", "--rest_api_port=0")
+
+
 def test_the_last_of_repeated_flags_wins() -> None:
     assert parse("--port=1", "--grpc-port", "2").grpc_port == 2
 
