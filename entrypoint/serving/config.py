@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -449,7 +450,11 @@ def help_text() -> str:
         if flag.default and flag.kind in ("serve", "plan"):
             extra.append(f"default {flag.default}")
         suffix = f" [{'; '.join(extra)}]" if extra else ""
-        lines.append(f"  {_row_spellings(flag)}\n      {flag.what_it_does()}{suffix}\n")
+        text = textwrap.fill(
+            f"{flag.what_it_does()}{suffix}", 88, initial_indent="      ",
+            subsequent_indent="      ", break_on_hyphens=False,
+        )  # fmt: skip
+        lines.append(f"  {_row_spellings(flag)}\n{text}\n")
     return f"""\
 usage: tensorflow_model_server [FLAGS...]
        tf-entrypoint serve [FLAGS...]
