@@ -17,7 +17,16 @@ from tf_entrypoint.handoff import tensorflow_missing
 from tf_entrypoint.plan import Plan, child_environment, resolve
 from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from tf_entrypoint.settings import TABLE, plain
-from tf_entrypoint.tfserving import gpu_memory_fraction, is_model_server, serving_argv
+from tf_entrypoint.tfserving import (
+    SERVER,
+    ThreadFlags,
+    find_command,
+    gpu_memory_fraction,
+    is_model_server,
+    is_our_server,
+    serving_argv,
+    thread_flags,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: collections.abc costs start-up time
@@ -111,11 +120,19 @@ first argument starting with '-' is passed to the default command. Use '--'
 before a COMMAND whose name is also one of ours (serve, explain).
 
 commands:
-  serve [OPTIONS]    serve SavedModels over TF Serving's REST API on :8501:
+  serve [OPTIONS]    serve SavedModels over TF Serving's APIs, gRPC on :8500
+                     (--port) and REST on :8501 (--rest_api_port, env PORT):
                      MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's
                      --model_config_file; new versions are swapped in while
-                     serving (the default command; see serve --help)
+                     serving. Takes TF Serving's flags (the default command;
+                     see serve --help)
   explain [--json]   print what would be applied in this container, run nothing
+  {SERVER} [FLAGS]
+                     the same server under TF Serving's name (also a command
+                     of its own, /usr/bin/{SERVER}, which plans like
+                     {PROG} and then serves). A derived image's real TF
+                     Serving binary of that name is run instead, with the
+                     plan as flags
 
 environment variables:
 {variables}
@@ -132,10 +149,7 @@ of each variable and the detection.
 
 def run_subcommand(name: str, args: tuple[str, ...]) -> int:
     if name == "serve":
-        # Planned like any command, then handed off to the model server, which
-        # imports TensorFlow and Starlette (the entrypoint itself never does).
-        argv = (sys.executable, "-m", "tf_entrypoint.serving", *args)
-        return start(argv, dict(os.environ), name="serve")
+        return serve(args, dict(os.environ))
     if name == "explain":
         if args not in ((), ("--json",)):
             say(f"usage: {PROG} explain [--json] (got: {' '.join(args)})")
@@ -143,6 +157,34 @@ def run_subcommand(name: str, args: tuple[str, ...]) -> int:
         return explain(as_json=args == ("--json",), env=dict(os.environ))
     say(f"unknown command {name!r}")  # pragma: no cover - SUBCOMMANDS guards this
     return EXIT_USAGE
+
+
+def serve(args: tuple[str, ...], env: dict[str, str], name: str = "serve") -> int:
+    """Plan, then hand off to the model server with `args`.
+
+    The server imports TensorFlow and Starlette (the entrypoint itself never
+    does). TF Serving's thread flags in `args` become the plan's thread counts.
+    """
+    flags = thread_flags(args, env)
+    if not isinstance(flags, ThreadFlags):
+        say(f"error: {flags} (exit {EXIT_USAGE})")
+        return EXIT_USAGE
+    for note in flags.notes:
+        say(f"note: {note}")
+    argv = (sys.executable, "-m", "tf_entrypoint.serving", *flags.args)
+    return start(argv, {**env, **dict(flags.env)}, name=name)
+
+
+def model_server_main() -> int:
+    """The ``tensorflow_model_server`` command (console script): ``serve`` under
+    TF Serving's name, for platforms that replace the image's ENTRYPOINT
+    (Kubernetes ``command:``, KServe): planned and validated like tf-entrypoint."""
+    return serve(tuple(sys.argv[1:]), dict(os.environ), name=SERVER)
+
+
+def is_our_model_server(argv: tuple[str, ...], env: dict[str, str]) -> bool:
+    """argv runs our ``tensorflow_model_server`` (not a derived image's real binary)."""
+    return is_model_server(argv) and is_our_server(find_command(argv[0], env.get("PATH", "")))
 
 
 def explain(*, as_json: bool, env: dict[str, str]) -> int:
@@ -240,7 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if isinstance(invocation, Subcommand):
         return run_subcommand(invocation.name, invocation.args)
-    return start(invocation.argv, dict(os.environ))
+    env = dict(os.environ)
+    if is_our_model_server(invocation.argv, env):
+        # Ours is `serve`: run it directly rather than planning twice.
+        return serve(invocation.argv[1:], env, name=SERVER)
+    return start(invocation.argv, env)
 
 
 if __name__ == "__main__":  # pragma: no cover

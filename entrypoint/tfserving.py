@@ -1,9 +1,15 @@
-"""Flags for ``tensorflow_model_server``, which runs no Python: the plan as command-line flags.
+"""``tensorflow_model_server``: TF Serving's real binary, or ours.
 
-Appended only when the user did not pass the flag in any form (``--a=1``,
-``--a 1``, ``-a``); not the session flags when the user owns the session
-configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs applied
-to the budget. Pure. README: "What is applied where" (TF Serving's flags).
+TF Serving's binary runs no Python, so the plan reaches it as command-line
+flags, appended only when the user did not pass the flag in any form
+(``--a=1``, ``--a 1``, ``-a``); not the session flags when the user owns the
+session configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs
+applied to the budget. Our own ``tensorflow_model_server`` (a console script,
+recognised by its content, see :func:`is_our_server`) gets no flags: it is
+``tf-entrypoint serve``, and its thread flags become the plan
+(:func:`thread_flags`). Pure but for :func:`find_command` and
+:func:`is_our_server`. README: "What is applied where" (TF Serving's flags) and
+"TF Serving's command line".
 """
 
 from __future__ import annotations
@@ -11,6 +17,14 @@ from __future__ import annotations
 import os
 
 from tf_entrypoint.frozen import frozen
+from tf_entrypoint.problems import Problem
+from tf_entrypoint.settings import (
+    INTER_OP,
+    INTER_OP_ALIAS,
+    INTRA_OP,
+    INTRA_OP_ALIAS,
+    parse_thread_count,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,6 +36,7 @@ INTER_OP_FLAG = "tensorflow_inter_op_parallelism"
 REST_THREADS_FLAG = "rest_api_num_threads"
 GPU_FRACTION_FLAG = "per_process_gpu_memory_fraction"
 #: Flags by which the user takes over the session configuration.
+SESSION_FLAG = "tensorflow_session_parallelism"
 SESSION_CONFIG_FLAGS = frozenset(
     {"tensorflow_session_parallelism", "tensorflow_session_config_file", "platform_config_file"}
 )
@@ -34,6 +49,122 @@ _FRACTION_SCALE = 1_000_000
 def is_model_server(argv: Sequence[str]) -> bool:
     """True when argv runs TF Serving's binary (by basename, any directory)."""
     return bool(argv) and os.path.basename(argv[0]) == SERVER
+
+
+#: What our console script's file says (pip's and uv's script templates both
+#: write ``from tf_entrypoint.cli import model_server_main``). A real binary, or
+#: any other script, does not carry both.
+OUR_SCRIPT_MARKERS = (b"tf_entrypoint.cli", b"model_server_main")
+_HEAD_BYTES = 4096
+
+
+def find_command(command: str, path: str) -> str | None:
+    """The file execvp would run for `command` with PATH=`path`, or None."""
+    if "/" in command:
+        return command
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", command)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def is_our_server(file: str | None) -> bool:
+    """True when `file` is our ``tensorflow_model_server`` console script."""
+    if file is None:
+        return False
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and all(marker in head for marker in OUR_SCRIPT_MARKERS)
+
+
+@frozen
+class ThreadFlags:
+    """TF Serving's thread flags, read out of a command line for the plan."""
+
+    #: The command line without them.
+    args: tuple[str, ...]
+    #: Variables to set before planning (the flags win over the environment).
+    env: tuple[tuple[str, str], ...]
+    #: One sentence each: what was overridden or ignored.
+    notes: tuple[str, ...]
+
+
+def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | str:
+    """Take TF Serving's thread flags out of `args`: their values become the plan's.
+
+    ``--tensorflow_intra_op_parallelism`` / ``--tensorflow_inter_op_parallelism``
+    set the intra-op / inter-op threads, as TF_INTRA_OP_PARALLELISM_THREADS /
+    TF_INTER_OP_PARALLELISM_THREADS would (same rules; 0 = automatic, which
+    leaves the variable or the CPU budget to decide); ``--tensorflow_session_parallelism``
+    sets both, unless one of the other two is given (TF Serving's rule; all
+    three at once is refused, as TF Serving does). ``--flag=N`` and ``--flag N``.
+    A str is the usage error.
+    """
+    taken = _take_thread_flags(args)
+    if isinstance(taken, str):
+        return taken
+    given, rest = taken
+    values: dict[str, int | None] = {}
+    for flag, raw in given.items():
+        parsed = parse_thread_count(f"--{flag}", raw)
+        if isinstance(parsed, Problem):
+            return str(parsed)
+        values[flag] = parsed
+    intra, inter = values.get(INTRA_OP_FLAG), values.get(INTER_OP_FLAG)
+    session = values.get(SESSION_FLAG)
+    notes: list[str] = []
+    if intra and inter and session:
+        return (
+            f"give --{SESSION_FLAG} or --{INTRA_OP_FLAG} / --{INTER_OP_FLAG}, not all three "
+            "(TF Serving refuses the same)"
+        )
+    if session and (intra or inter):
+        notes.append(
+            f"--{SESSION_FLAG}={session} is ignored: --{INTRA_OP_FLAG} or --{INTER_OP_FLAG} "
+            "is given (TF Serving's rule)"
+        )
+    elif session:
+        intra = inter = session
+    overrides: list[tuple[str, str]] = []
+    for value, flag, variable, alias in (
+        (intra, INTRA_OP_FLAG, INTRA_OP, INTRA_OP_ALIAS),
+        (inter, INTER_OP_FLAG, INTER_OP, INTER_OP_ALIAS),
+    ):
+        if not value:
+            continue
+        shown = f"--{flag}={value}" if flag in given else f"--{SESSION_FLAG}={value}"
+        for name in (variable, alias):
+            current = env.get(name, "")
+            if current.strip() and current.strip() != str(value):
+                notes.append(f"{shown} overrides {name}={current!r} from the environment")
+            overrides.append((name, str(value)))
+    return ThreadFlags(tuple(rest), tuple(overrides), tuple(notes))
+
+
+def _take_thread_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
+    """(thread flag -> raw value, the other arguments), or the usage error."""
+    given: dict[str, str] = {}
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name, equals, raw = arg.partition("=")
+        flag = name[2:] if name.startswith("--") else ""
+        if flag in (INTRA_OP_FLAG, INTER_OP_FLAG, SESSION_FLAG):
+            if not equals:
+                if index + 1 >= len(args) or args[index + 1].startswith("--"):
+                    return f"{name} needs a value ({name}=N or {name} N)"
+                index += 1
+                raw = args[index]
+            given[flag] = raw
+        else:
+            rest.append(arg)
+        index += 1
+    return given, rest
 
 
 def user_flags(args: Sequence[str]) -> frozenset[str]:

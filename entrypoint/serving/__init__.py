@@ -1,9 +1,10 @@
 """A TensorFlow Serving-compatible REST server for SavedModels.
 
-    python -m tf_entrypoint.serving [--port N] [--host H] [--model-name NAME]
-                                 [--model-base-path PATH] ...
+    python -m tf_entrypoint.serving [--port N] [--rest_api_port N] [--model_name NAME]
+                                 [--model_base_path PATH] ...   (TF Serving's flags)
 
-(`tf-entrypoint serve` plans the container's thread pools, then runs this.)
+(`tf-entrypoint serve` and `tensorflow_model_server` plan the container's
+thread pools, then run this.)
 
 Modules, from the outside in:
 

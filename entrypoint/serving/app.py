@@ -42,10 +42,10 @@ T = TypeVar("T")
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def tensorflow_loader(directory: Path, version: int) -> Servable:
+def tensorflow_loader(directory: Path, version: int, *, warmup: bool = True) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-    return model.load(directory, version)
+    return model.load(directory, version, warmup=warmup)
 
 
 class InferencePool:
@@ -286,10 +286,16 @@ class _Endpoints:
 def create_app(
     config: ServeConfig,
     *,
-    loader: Loader = tensorflow_loader,
+    loader: Loader | None = None,
     on_fatal: Callable[[str], None] = lambda message: None,
 ) -> Starlette:
-    """The application; its ServingState is `app.state.serving`."""
+    """The application; its ServingState is `app.state.serving`.
+
+    `loader` defaults to TensorFlow's, warming versions up unless
+    --enable_model_warmup=false.
+    """
+    if loader is None:
+        loader = functools.partial(tensorflow_loader, warmup=config.enable_model_warmup)
     metrics = Metrics()
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)

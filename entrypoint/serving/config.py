@@ -1,16 +1,24 @@
 """The server's settings: command line first, then environment, then defaults.
 
+One table, :data:`FLAGS`, lists every flag: ours and every one of TF Serving's
+``tensorflow_model_server`` (its main.cc), each implemented, read by the
+entrypoint into the plan, accepted with no effect (and a warning), or refused
+with the reason. It drives the parsing, ``--help`` and the README's table.
+
 Concurrency is sized from the container's CPU budget, the same number the
 entrypoint gives TensorFlow's pools (see :func:`size_workers`).
 """
 
 from __future__ import annotations
 
-import argparse
+import difflib
 import os
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import Literal, TypeVar
 
 from tf_entrypoint.serving.model_config import (
     ConfigError,
@@ -18,6 +26,8 @@ from tf_entrypoint.serving.model_config import (
     read_model_config,
     single_model,
 )
+
+T = TypeVar("T")
 
 DEFAULT_MODEL_NAME = "model"
 DEFAULT_MODEL_BASE_PATH = "/models"
@@ -96,7 +106,12 @@ class ServeConfig:
     budget: PlannedCpus
     #: TF Serving's --monitoring_config_file (text MonitoringConfig), or None.
     monitoring_config_file: Path | None = None
-    #: Things to tell the operator at start (flags that a config file overrides).
+    #: TF Serving's --grpc_socket_path: also serve gRPC on this UNIX socket.
+    grpc_socket_path: str | None = None
+    #: TF Serving's --enable_model_warmup: warm a version up before it serves.
+    enable_model_warmup: bool = True
+    #: Things to tell the operator at start (flags that a config file overrides,
+    #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
 
 
@@ -124,13 +139,398 @@ def size_workers(budget: PlannedCpus) -> int:
     return max(1, budget.cpus)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
 class UsageError(Exception):
     pass
+
+
+class ShowText(Exception):
+    """--help or --version: print `text` on stdout and exit 0."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+# --- the flag table -----------------------------------------------------------
+
+Kind = Literal["serve", "plan", "noted", "limited"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag: how it is read and what it does here.
+
+    `kind`: "serve" the server implements it; "plan" tf-entrypoint reads it
+    into the plan before the server starts (TF Serving's thread flags);
+    "noted" accepted, no effect here, a warning at start says why; "limited"
+    only the values in `accepts` (what this server does anyway) are accepted,
+    any other value is refused with `why` (no `accepts`: always refused).
+    """
+
+    name: str
+    meaning: str
+    kind: Kind = "serve"
+    aliases: tuple[str, ...] = ()
+    boolean: bool = False
+    env: str | None = None
+    default: str = ""
+    #: "limited": the accepted values, normalised (booleans "true"/"false").
+    accepts: tuple[str, ...] = ()
+    #: "limited"/"noted": why (and what to use instead).
+    why: str = ""
+    #: One of TF Serving's flags (main.cc); False: only ours.
+    tf_serving: bool = True
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        return (f"--{self.name}", *(f"--{alias}" for alias in self.aliases))
+
+    @property
+    def refused(self) -> bool:
+        return self.kind == "limited" and not self.accepts
+
+    def what_it_does(self) -> str:
+        """The flag's line in --help and the README: its meaning, or its limits."""
+        if self.kind == "limited":
+            shown = " or ".join(f"`{value}`" if value else "empty" for value in self.accepts)
+            if not self.accepts:
+                return f"refused: {self.why}"
+            return f"only {shown}: {self.meaning}; other values are refused: {self.why}"
+        if self.kind == "noted":
+            return f"accepted, no effect (a warning says so): {self.why}"
+        return self.meaning
+
+
+#: Issue 15 implements TF Serving's server-side batching; until then its flags
+#: accept only "off". To flip one: kind="serve", a meaning, and a ServeConfig field.
+_NO_BATCHING = (
+    "server-side batching is not implemented yet (issue 15); requests run as they come, "
+    "--workers at a time"
+)
+_NO_TFLITE = "TensorFlow Lite models are not served; the SavedModel is"
+
+FLAGS: tuple[Flag, ...] = (
+    # --- the models
+    Flag("model_name", "the model to serve (ignored with --model_config_file)",
+         aliases=("model-name",), env=ENV_MODEL_NAME, default=DEFAULT_MODEL_NAME),
+    Flag("model_base_path", "TF Serving's meaning: the model's own directory, holding "
+         "VERSION/saved_model.pb (ignored with --model_config_file)",
+         default="MODEL_BASE_PATH/MODEL_NAME"),
+    Flag("model-base-path", "the directory holding MODEL_NAME/VERSION/saved_model.pb (as "
+         "TF Serving's image reads MODEL_BASE_PATH); not with --model_base_path",
+         env=ENV_MODEL_BASE_PATH, default=DEFAULT_MODEL_BASE_PATH, tf_serving=False),
+    Flag("model_config_file", "TF Serving's model config file (text ModelServerConfig): "
+         "serve every model it lists, instead of --model_name",
+         aliases=("model-config-file",), env=ENV_MODEL_CONFIG_FILE, default="none"),
+    Flag("model_config_file_poll_wait_seconds", "re-read the model config file this often "
+         "and add, change or remove models live; 0 reads it once",
+         aliases=("model-config-file-poll-wait-seconds",), env=ENV_MODEL_CONFIG_FILE_POLL_WAIT,
+         default=f"{DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT:g}"),
+    Flag("file_system_poll_wait_seconds", "look for new versions this often; 0 loads once",
+         aliases=("file-system-poll-wait-seconds",), env=ENV_FILE_SYSTEM_POLL_WAIT,
+         default=f"{DEFAULT_FILE_SYSTEM_POLL_WAIT:g}"),
+    Flag("enable_model_warmup", "replay the model's warm-up records (or run zeros) before a "
+         "version serves; false serves it cold", boolean=True, default="true"),
+    Flag("saved_model_tags", "the MetaGraph's tags", kind="limited", accepts=("serve", ""),
+         why="only the 'serve' MetaGraph is loaded"),
+    Flag("allow_version_labels_for_unavailable_models", "labels may always point at versions "
+         "that are not loaded yet (requests for them get 404 until they are)",
+         kind="limited", boolean=True, accepts=("true",),
+         why="this server always allows it (it warns at start)"),
+    # --- listening
+    Flag("port", "gRPC port, as TF Serving's; 0 serves no gRPC", aliases=("grpc-port",),
+         env=ENV_GRPC_PORT, default=str(DEFAULT_GRPC_PORT)),
+    Flag("grpc_socket_path", "also serve gRPC on this UNIX socket", default="none"),
+    Flag("rest_api_port", "REST port (also /healthz, /readyz, /metrics); 0 serves no HTTP; "
+         "must differ from --port", aliases=("rest-api-port",), env=ENV_REST_PORT,
+         default=str(DEFAULT_REST_PORT)),
+    Flag("host", "address to listen on", env=ENV_HOST, default=DEFAULT_HOST, tf_serving=False),
+    Flag("rest_api_timeout_in_ms", "milliseconds a REST predict may wait and run before 504; "
+         "0 or less: no limit (same as --request-timeout, in ms; not both)",
+         default=f"{DEFAULT_REQUEST_TIMEOUT * 1000:g}"),
+    Flag("request-timeout", "seconds a predict may wait and run before 504; 0: no limit "
+         "(not with --rest_api_timeout_in_ms)", env=ENV_REQUEST_TIMEOUT,
+         default=f"{DEFAULT_REQUEST_TIMEOUT:g}", tf_serving=False),
+    Flag("rest_api_num_threads", "", kind="noted",
+         why="HTTP runs on one event loop; predicts run on --workers threads, sized to the "
+         "CPU budget (TF Serving's 4 x CPUs would oversubscribe it)"),
+    Flag("grpc_max_threads", "", kind="noted",
+         why="predicts run on --workers threads, sized to the CPU budget"),
+    Flag("rest_api_enable_cors_support", "CORS headers", kind="limited", boolean=True,
+         accepts=("false",), why="CORS headers are not sent; add them in a proxy in front"),
+    Flag("enable_grpc_healthcheck_service", "the standard gRPC health service", kind="limited",
+         boolean=True, accepts=("true",), why="it is always served"),
+    Flag("grpc_channel_arguments", "", kind="limited", accepts=("",),
+         why="gRPC channel arguments are not implemented"),
+    Flag("use_alts_credentials", "", kind="limited", boolean=True, accepts=("false",),
+         why="ALTS is not implemented"),
+    Flag("ssl_config_file", "", kind="limited", accepts=("",),
+         why="TLS is not served; terminate it in front (ingress, service mesh)"),
+    Flag("enable_serialization_as_tensor_content", "", kind="limited", boolean=True,
+         accepts=("false",), why="responses use the typed value fields"),
+    # --- TensorFlow
+    Flag("tensorflow_intra_op_parallelism", "intra-op threads: tf-entrypoint makes it the "
+         "plan's, as TF_INTRA_OP_PARALLELISM_THREADS (same rules; the flag wins); 0: automatic",
+         kind="plan", default="the CPU budget"),
+    Flag("tensorflow_inter_op_parallelism", "inter-op threads, as "
+         "TF_INTER_OP_PARALLELISM_THREADS (see --tensorflow_intra_op_parallelism)",
+         kind="plan", default="the CPU budget"),
+    Flag("tensorflow_session_parallelism", "both pools' threads, unless "
+         "--tensorflow_intra_op_parallelism or --tensorflow_inter_op_parallelism is given "
+         "(TF Serving's rule; all three is refused)", kind="plan", default="0"),
+    Flag("tensorflow_session_config_file", "", kind="limited", accepts=("",),
+         why="not read; the plan configures TensorFlow (TF_INTRA_OP_PARALLELISM_THREADS, "
+         "TF_GPU_MEMORY_ALLOC, TF_FORCE_GPU_ALLOW_GROWTH)"),
+    Flag("platform_config_file", "", kind="limited", accepts=("",),
+         why="only TensorFlow SavedModels are served, configured by the plan"),
+    Flag("per_process_gpu_memory_fraction", "", kind="limited", accepts=("0",),
+         why="cap GPU memory in MB with TF_GPU_MEMORY_ALLOC (and TF_FORCE_GPU_ALLOW_GROWTH)"),
+    Flag("xla_cpu_compilation_enabled", "XLA JIT", kind="limited", boolean=True,
+         accepts=("true",), why="XLA follows TensorFlow's defaults (functions saved with "
+         "jit_compile=True are compiled); it cannot be turned off here"),
+    Flag("xla_gpu_compilation_enabled", "XLA JIT", kind="limited", boolean=True,
+         accepts=("true",), why="as --xla_cpu_compilation_enabled"),
+    Flag("mixed_precision", "", kind="limited", accepts=("",),
+         why="mixed precision is not implemented"),
+    Flag("enable_profiler", "", kind="limited", boolean=True, accepts=("false",),
+         why="the profiler service is not served"),
+    Flag("thread_pool_factory_config_file", "", kind="limited", accepts=("",),
+         why="thread pools come from the plan"),
+    Flag("remove_unused_fields_from_bundle_metagraph", "", kind="noted",
+         why="a memory optimisation of TF Serving's loader"),
+    Flag("flush_filesystem_caches", "", kind="noted",
+         why="the page cache is left to the kernel"),
+    Flag("skip_initialize_tpu", "", kind="noted", why="TPUs are not supported"),
+    Flag("prefer_tflite_model", "", kind="limited", boolean=True, accepts=("false",),
+         why=_NO_TFLITE),
+    Flag("num_tflite_pools", "", kind="noted", why=_NO_TFLITE),
+    Flag("num_tflite_interpreters_per_pool", "", kind="noted", why=_NO_TFLITE),
+    Flag("enable_signature_method_name_check", "", kind="limited", boolean=True,
+         accepts=("false",), why="signatures' method names are not checked"),
+    # --- loading
+    Flag("num_load_threads", "versions load one at a time, on one thread", kind="limited",
+         accepts=("0", "1"), why="loads are not parallel"),
+    Flag("num_unload_threads", "versions unload one at a time", kind="limited",
+         accepts=("0", "1"), why="unloads are not parallel"),
+    Flag("max_num_load_retries", "a failed version is not retried on a timer",
+         kind="limited", accepts=("0",),
+         why="a failed version is retried when its directory is replaced"),
+    Flag("load_retry_interval_micros", "", kind="limited",
+         why="a failed version is retried when its directory is replaced, not on a timer"),
+    Flag("num_request_iterations_for_warmup", "each warm-up record runs once",
+         kind="limited", accepts=("0", "1"), why="records are replayed once"),
+    # --- batching (issue 15)
+    Flag("enable_batching", "server-side batching", kind="limited", boolean=True,
+         accepts=("false",), why=_NO_BATCHING),
+    Flag("batching_parameters_file", "", kind="limited", accepts=("",), why=_NO_BATCHING),
+    Flag("enable_per_model_batching_parameters", "", kind="limited", boolean=True,
+         accepts=("false",), why=_NO_BATCHING),
+    # --- monitoring, sizing, logs
+    Flag("monitoring_config_file", "TF Serving's monitoring config file (text "
+         "MonitoringConfig)", aliases=("monitoring-config-file",),
+         env=ENV_MONITORING_CONFIG_FILE, default="none"),
+    Flag("workers", "inference threads", env=ENV_WORKERS, default="the CPU budget",
+         tf_serving=False),
+    Flag("max-queue", "requests admitted (running + waiting) before 503", env=ENV_MAX_QUEUE,
+         default=f"{DEFAULT_QUEUE_PER_WORKER} per worker", tf_serving=False),
+    Flag("max-body-bytes", "largest request body; larger gets 413", env=ENV_MAX_BODY_BYTES,
+         default=str(DEFAULT_MAX_BODY_BYTES), tf_serving=False),
+    Flag("grace-period", "seconds in-flight requests get after SIGTERM", env=ENV_GRACE_PERIOD,
+         default=f"{DEFAULT_GRACE_PERIOD:g}", tf_serving=False),
+    Flag("wait-for-model", "seconds to wait for a first version to appear before exiting 1",
+         env=ENV_WAIT_FOR_MODEL, default=f"{DEFAULT_WAIT_FOR_MODEL:g}", tf_serving=False),
+    Flag("access-log", "log every request", boolean=True, env=ENV_ACCESS_LOG,
+         default="false", tf_serving=False),
+    Flag("log-level", "critical, error, warning, info or debug", env=ENV_LOG_LEVEL,
+         default="info", tf_serving=False),
+    Flag("version", "print the version and exit", boolean=True, default="false"),
+)  # fmt: skip
+
+_BY_SPELLING: dict[str, Flag] = {spelling: flag for flag in FLAGS for spelling in flag.spellings}
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise ValueError(text)
+
+
+_boolean.__name__ = "true or false (also 1/0, yes/no, on/off)"
+
+
+def read_flags(argv: Sequence[str]) -> dict[str, str]:
+    """The flags given, by table name -> value as written (booleans: "true"/"false").
+
+    ``--flag=value`` and ``--flag value`` (a value never starts with ``--``);
+    a boolean is ``--flag`` (true) or ``--flag=VALUE``: it never takes the
+    next argument, so ``--enable_model_warmup false`` is ``--enable_model_warmup``
+    and a stray ``false``, which is refused (TF Serving reads it the same way).
+    A flag given twice: the last wins. Raises ShowText for -h/--help, and
+    UsageError naming the flag for anything else it cannot read.
+    """
+    given: dict[str, str] = {}
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        index += 1
+        if arg in ("-h", "--help"):
+            raise ShowText(help_text())
+        spelling, equals, value = arg.partition("=")
+        flag = _BY_SPELLING.get(spelling)
+        if flag is None:
+            raise UsageError(_unknown(arg, given))
+        if flag.boolean:
+            if equals:
+                try:
+                    value = "true" if _boolean(value) else "false"
+                except ValueError:
+                    raise UsageError(
+                        f"{spelling}={value!r} is invalid: expected {_boolean.__name__}"
+                    ) from None
+            else:
+                value = "true"
+        elif not equals:
+            if index >= len(argv) or argv[index].startswith("--"):
+                raise UsageError(f"{spelling} needs a value ({spelling}=VALUE or {spelling} VALUE)")
+            value = argv[index]
+            index += 1
+        given[flag.name] = value
+    return given
+
+
+def _unknown(arg: str, given: Mapping[str, str]) -> str:
+    if not arg.startswith("-"):
+        after = list(given)[-1] if given else ""
+        hint = ""
+        if after and _BY_SPELLING[f"--{after}"].boolean:
+            hint = f" (a boolean takes its value as --{after}=VALUE, not as the next argument)"
+        return f"unexpected argument {arg!r}{hint}"
+    spelling = arg.partition("=")[0]
+    close = difflib.get_close_matches(spelling, list(_BY_SPELLING), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown flag {spelling}{hint}; see --help for the flags"
+
+
+def check_limits(given: Mapping[str, str]) -> list[str]:
+    """Refuse what is not implemented (UsageError); notes for the "noted" flags."""
+    notes = []
+    for name, value in given.items():
+        flag = _BY_SPELLING[f"--{name}"]
+        if flag.kind == "plan":
+            raise UsageError(
+                f"--{name} is read by tf-entrypoint, which makes it the plan's thread count "
+                "before the server starts: run `tf-entrypoint serve` or `tensorflow_model_server` "
+                "(both plan first), or set TF_INTRA_OP_PARALLELISM_THREADS / "
+                "TF_INTER_OP_PARALLELISM_THREADS"
+            )
+        if flag.kind == "limited" and value.strip().lower() not in flag.accepts:
+            shown = f"--{name}" if flag.boolean and value == "true" else f"--{name}={value}"
+            raise UsageError(f"{shown} is not supported: {flag.why}")
+        if flag.kind == "noted":
+            notes.append(f"--{name}={value} has no effect here: {flag.why}")
+    return notes
+
+
+def _row_spellings(flag: Flag) -> str:
+    value = "" if flag.boolean else "=VALUE"
+    return ", ".join(f"{spelling}{value}" for spelling in flag.spellings)
+
+
+def help_text() -> str:
+    """--help: usage, then every flag of the table."""
+    lines = []
+    for flag in FLAGS:
+        extra = [f"env {flag.env}"] if flag.env else []
+        if flag.default and flag.kind in ("serve", "plan"):
+            extra.append(f"default {flag.default}")
+        suffix = f" [{'; '.join(extra)}]" if extra else ""
+        text = textwrap.fill(
+            f"{flag.what_it_does()}{suffix}", 88, initial_indent="      ",
+            subsequent_indent="      ", break_on_hyphens=False,
+        )  # fmt: skip
+        lines.append(f"  {_row_spellings(flag)}\n{text}\n")
+    return f"""\
+usage: tensorflow_model_server [FLAGS...]
+       tf-entrypoint serve [FLAGS...]
+
+Serve SavedModels over TF Serving's gRPC (--port, 8500) and REST (--rest_api_port,
+8501) APIs, sized to the container's CPU budget: the model --model_name from
+--model_base_path, or every model of TF Serving's --model_config_file. New versions
+are loaded, warmed up and swapped in while serving. Takes TF Serving's flags
+(--flag=VALUE or --flag VALUE; a boolean alone is true, or --flag=false); a flag
+TF Serving has but this server does not implement is refused, never ignored.
+Flags win over the environment variables shown.
+
+flags:
+{"".join(lines)}
+exit codes: 0 stopped by SIGTERM/SIGINT after draining (or --help, --version); 1 a
+model had no version within --wait-for-model, or its first load failed; 64 a bad
+or unsupported flag or variable; 78 a model config file that cannot be served
+(file, line and field on stderr).
+"""
+
+
+def markdown_table() -> str:
+    """The README's flag table (tests/unit/test_readme.py keeps them equal)."""
+    rows = ["| Flag | Variable | Default | What it does here |", "|---|---|---|---|"]
+    for flag in FLAGS:
+        spellings = " ".join(f"`{spelling}`" for spelling in flag.spellings)
+        default = flag.default if flag.kind in ("serve", "plan") and flag.default else ""
+        env = f"`{flag.env}`" if flag.env else ""
+        what = flag.what_it_does().replace("|", "\\|")
+        rows.append(f"| {spellings} | {env} | {default} | {what} |")
+    return "\n".join(rows)
+
+
+def version_text() -> str:
+    """--version, in TF Serving's two lines."""
+    from tf_entrypoint import __version__  # noqa: PLC0415
+
+    tensorflow = "not installed"
+    for distribution in ("tensorflow", "tensorflow-cpu"):
+        try:
+            tensorflow = metadata.version(distribution)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    return (
+        f"TensorFlow ModelServer: tf-entrypoint {__version__}\nTensorFlow Library: {tensorflow}\n"
+    )
+
+
+class _Values:
+    """A flag's value: the command line first, then its variable, then a default."""
+
+    def __init__(self, given: Mapping[str, str], env: Mapping[str, str]) -> None:
+        self.given = given
+        self.env = env
+
+    def raw(self, name: str) -> tuple[str, str] | None:
+        """(what to call it in a message, raw value), or None when not given."""
+        if name in self.given:
+            return f"--{name}", self.given[name]
+        flag = _BY_SPELLING[f"--{name}"]
+        if flag.env:
+            value = self.env.get(flag.env, "").strip()
+            if value:
+                return flag.env, value
+        return None
+
+    def get(self, name: str, convert: Callable[[str], T], fallback: T) -> T:
+        found = self.raw(name)
+        if found is None:
+            return fallback
+        source, raw = found
+        try:
+            return convert(raw)
+        except ValueError:
+            raise UsageError(f"{source}={raw!r} is invalid: expected {convert.__name__}") from None
 
 
 def _positive_int(text: str) -> int:
@@ -154,163 +554,115 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _flag(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(text)
+def _milliseconds(text: str) -> float:
+    """TF Serving's --rest_api_timeout_in_ms: an int32; 0 or less is no limit."""
+    value = int(text)
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(text)
+    return max(0, value) / 1000
 
 
-_positive_int.__name__ = "positive integer"
-_port.__name__ = "port (0-65535)"
-_seconds.__name__ = "number of seconds"
-_flag.__name__ = "boolean"
+def _log_level(text: str) -> str:
+    if text not in LOG_LEVELS:
+        raise ValueError(text)
+    return text
 
 
-def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    def default(name: str, fallback: str) -> str:
-        value = env.get(name, "").strip()
-        return value or fallback
-
-    parser = _Parser(
-        prog="python -m tf_entrypoint.serving",
-        description=(
-            "Serve SavedModels over TF Serving's REST API, sized to the container's CPU "
-            "budget: the model MODEL_BASE_PATH/MODEL_NAME, or every model of TF Serving's "
-            "model config file. New versions are loaded, warmed up and swapped in while "
-            "serving. Every option also reads the environment variable shown."
-        ),
-        epilog=(
-            "exit codes: 0 stopped by SIGTERM/SIGINT after draining; 1 a model had no "
-            "version within --wait-for-model, or its first load failed; 64 a bad option or "
-            "variable; 78 a model config file that cannot be served (file, line and field "
-            "on stderr)."
-        ),
-    )
-    add = parser.add_argument
-    add("--model-name", default=None,
-        help=f"model to serve (env {ENV_MODEL_NAME}; default {DEFAULT_MODEL_NAME})")  # fmt: skip
-    add("--model-base-path", default=None,
-        help=f"directory holding NAME/<version>/saved_model.pb (env {ENV_MODEL_BASE_PATH}; "
-        f"default {DEFAULT_MODEL_BASE_PATH})")  # fmt: skip
-    add("--model-config-file", "--model_config_file", metavar="PATH",
-        default=env.get(ENV_MODEL_CONFIG_FILE, "").strip() or None,
-        help=f"TF Serving's model config file (text ModelServerConfig): serve every model "
-        f"it lists, instead of --model-name (env {ENV_MODEL_CONFIG_FILE})")  # fmt: skip
-    add("--model-config-file-poll-wait-seconds", "--model_config_file_poll_wait_seconds",
-        type=_seconds, metavar="SECONDS",
-        default=default(ENV_MODEL_CONFIG_FILE_POLL_WAIT,
-                        f"{DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT:g}"),
-        help=f"re-read the model config file this often and add, change or remove "
-        f"models live; 0 reads it once (env {ENV_MODEL_CONFIG_FILE_POLL_WAIT}; "
-        "default %(default)s)")  # fmt: skip
-    add("--file-system-poll-wait-seconds", "--file_system_poll_wait_seconds",
-        type=_seconds, metavar="SECONDS",
-        default=default(ENV_FILE_SYSTEM_POLL_WAIT, f"{DEFAULT_FILE_SYSTEM_POLL_WAIT:g}"),
-        help=f"look for new versions this often; 0 loads once (env "
-        f"{ENV_FILE_SYSTEM_POLL_WAIT}; default %(default)s)")  # fmt: skip
-    add("--host", default=default(ENV_HOST, DEFAULT_HOST),
-        help=f"address to listen on (env {ENV_HOST}; default %(default)s)")  # fmt: skip
-    add("--port", "--grpc-port", dest="grpc_port", type=_port,
-        default=default(ENV_GRPC_PORT, str(DEFAULT_GRPC_PORT)),
-        help=f"gRPC port, as TF Serving's --port; 0 serves no gRPC (env {ENV_GRPC_PORT}; "
-        "default %(default)s)")  # fmt: skip
-    add("--rest_api_port", "--rest-api-port", dest="rest_port", type=_port,
-        default=default(ENV_REST_PORT, str(DEFAULT_REST_PORT)),
-        help=f"REST port (also /healthz, /readyz, /metrics); 0 serves no HTTP "
-        f"(env {ENV_REST_PORT}; default %(default)s)")  # fmt: skip
-    add("--monitoring_config_file", "--monitoring-config-file", metavar="PATH",
-        default=env.get(ENV_MONITORING_CONFIG_FILE, "").strip() or None,
-        help=f"TF Serving's monitoring config file (text MonitoringConfig) "
-        f"(env {ENV_MONITORING_CONFIG_FILE})")  # fmt: skip
-    add("--workers", type=_positive_int, default=env.get(ENV_WORKERS, "").strip() or None,
-        help=f"inference threads (env {ENV_WORKERS}; default: the CPU budget)")  # fmt: skip
-    add("--max-queue", type=_positive_int, default=env.get(ENV_MAX_QUEUE, "").strip() or None,
-        help=f"requests admitted (running + waiting) before 503 (env {ENV_MAX_QUEUE}; "
-        f"default {DEFAULT_QUEUE_PER_WORKER} per worker)")  # fmt: skip
-    add("--max-body-bytes", type=_positive_int,
-        default=default(ENV_MAX_BODY_BYTES, str(DEFAULT_MAX_BODY_BYTES)),
-        help=f"largest request body; larger gets 413 (env {ENV_MAX_BODY_BYTES}; "
-        "default %(default)s)")  # fmt: skip
-    add("--request-timeout", type=_seconds,
-        default=default(ENV_REQUEST_TIMEOUT, str(DEFAULT_REQUEST_TIMEOUT)),
-        help=f"seconds a predict may wait and run before 504, 0 for no limit "
-        f"(env {ENV_REQUEST_TIMEOUT}; default %(default)s)")  # fmt: skip
-    add("--grace-period", type=_seconds,
-        default=default(ENV_GRACE_PERIOD, str(DEFAULT_GRACE_PERIOD)),
-        help=f"seconds in-flight requests get after SIGTERM (env {ENV_GRACE_PERIOD}; "
-        "default %(default)s)")  # fmt: skip
-    add("--wait-for-model", type=_seconds,
-        default=default(ENV_WAIT_FOR_MODEL, str(DEFAULT_WAIT_FOR_MODEL)),
-        help=f"seconds to wait for a first version to appear before exiting 1 "
-        f"(env {ENV_WAIT_FOR_MODEL}; default %(default)s)")  # fmt: skip
-    add("--access-log", type=_flag, default=default(ENV_ACCESS_LOG, "false"),
-        help=f"log every request (env {ENV_ACCESS_LOG}; default %(default)s)")  # fmt: skip
-    add("--log-level", default=default(ENV_LOG_LEVEL, "info"),
-        choices=["critical", "error", "warning", "info", "debug"],
-        help=f"(env {ENV_LOG_LEVEL}; default %(default)s)")  # fmt: skip
-    return parser
+def _path(text: str) -> str | None:
+    return text or None
 
 
-def _models(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[ServingConfig, list[str]]:
+_positive_int.__name__ = "a whole number from 1"
+_port.__name__ = "a port (0-65535)"
+_seconds.__name__ = "a number of seconds (0 or more)"
+_milliseconds.__name__ = "a whole number of milliseconds (0 or less: no limit)"
+_log_level.__name__ = ", ".join(LOG_LEVELS)
+_path.__name__ = "a path"
+
+
+def _models(values: _Values) -> tuple[ServingConfig, list[str]]:
     """The models to serve, and notes on flags the config file overrides."""
-    name = args.model_name or env.get(ENV_MODEL_NAME, "").strip() or DEFAULT_MODEL_NAME
-    base = args.model_base_path or env.get(ENV_MODEL_BASE_PATH, "").strip()
-    if args.model_config_file is None:
-        return single_model(name, Path(base or DEFAULT_MODEL_BASE_PATH) / name), []
+    name = values.get("model_name", str, DEFAULT_MODEL_NAME)
+    config_file = values.get("model_config_file", _path, None)
+    model_dir = values.given.get("model_base_path")  # TF Serving's: the model's own directory
+    if config_file is None:
+        if model_dir is not None and "model-base-path" in values.given:
+            raise UsageError(
+                "--model_base_path (the model's own directory, as in TF Serving) and "
+                "--model-base-path (the directory holding MODEL_NAME) are both given: give one"
+            )
+        if model_dir:
+            return single_model(name, Path(model_dir)), []
+        base = values.get("model-base-path", str, DEFAULT_MODEL_BASE_PATH)
+        return single_model(name, Path(base) / name), []
     notes = [
-        f"{flag} is ignored: the model config file {args.model_config_file} lists the models"
-        for flag, given in (
-            ("--model-name", args.model_name), ("--model-base-path", args.model_base_path)
-        )
-        if given
-    ]  # fmt: skip
-    return read_model_config(Path(args.model_config_file)), notes
+        f"--{flag} is ignored: the model config file {config_file} lists the models"
+        for flag in ("model_name", "model_base_path", "model-base-path")
+        if flag in values.given
+    ]
+    return read_model_config(Path(config_file)), notes
 
 
 def parse_config(
     argv: Sequence[str], env: Mapping[str, str], budget: PlannedCpus | None = None
 ) -> ServeConfig:
-    """Raises UsageError (argparse's message) for a bad flag or variable, and
-    ConfigError (naming file, line and field) for a model configuration that
-    cannot be served."""
-    args = build_parser(env).parse_args(list(argv))
+    """Raises UsageError for a bad or unsupported flag or variable, ShowText
+    for --help and --version, and ConfigError (naming file, line and field) for
+    a model configuration that cannot be served."""
+    given = read_flags(argv)
+    values = _Values(given, env)
+    if values.get("version", _boolean, False):
+        raise ShowText(version_text())
+    notes = check_limits(given)
     try:
-        models, notes = _models(args, env)
+        models, model_notes = _models(values)
     except ConfigError as err:
-        if args.model_config_file is None:  # a bad --model-name is a command-line mistake
+        if values.raw("model_config_file") is None:  # a bad --model_name: the command line
             raise UsageError(str(err)) from None
         raise
-    if args.grpc_port == 0 and args.rest_port == 0:
+    grpc_port = values.get("port", _port, DEFAULT_GRPC_PORT)
+    rest_port = values.get("rest_api_port", _port, DEFAULT_REST_PORT)
+    socket_path = values.get("grpc_socket_path", _path, None)
+    if grpc_port == 0 and rest_port == 0 and socket_path is None:
         raise UsageError("--port and --rest_api_port are both 0: nothing to serve")
-    if args.grpc_port == args.rest_port:
+    if grpc_port == rest_port != 0:
         raise UsageError(
-            f"--port and --rest_api_port are both {args.grpc_port}: --port is the gRPC port, "
+            f"--port and --rest_api_port are both {grpc_port}: --port is the gRPC port, "
             "as in TF Serving (it was the REST port before gRPC was served); give REST "
             "its own with --rest_api_port (env PORT)"
         )
+    if "rest_api_timeout_in_ms" in given and "request-timeout" in given:
+        raise UsageError(
+            "--rest_api_timeout_in_ms and --request-timeout are both given: they are the same "
+            "limit (milliseconds and seconds); give one"
+        )
+    timeout = values.get("request-timeout", _seconds, DEFAULT_REQUEST_TIMEOUT)
+    timeout = values.get("rest_api_timeout_in_ms", _milliseconds, timeout)
     budget = budget or cpu_budget(env)
-    workers: int = args.workers or size_workers(budget)
+    workers = values.get("workers", _positive_int, size_workers(budget))
+    monitoring = values.get("monitoring_config_file", _path, None)
     return ServeConfig(
         models=models,
-        host=args.host,
-        grpc_port=args.grpc_port,
-        rest_port=args.rest_port,
+        host=values.get("host", str, DEFAULT_HOST),
+        grpc_port=grpc_port,
+        rest_port=rest_port,
         workers=workers,
-        max_queue=args.max_queue or DEFAULT_QUEUE_PER_WORKER * workers,
-        max_body_bytes=args.max_body_bytes,
-        request_timeout=args.request_timeout,
-        grace_period=args.grace_period,
-        wait_for_model=args.wait_for_model,
-        file_system_poll_wait=args.file_system_poll_wait_seconds,
-        model_config_file_poll_wait=args.model_config_file_poll_wait_seconds,
-        access_log=args.access_log,
-        log_level=args.log_level,
-        budget=budget,
-        monitoring_config_file=(
-            None if args.monitoring_config_file is None else Path(args.monitoring_config_file)
+        max_queue=values.get("max-queue", _positive_int, DEFAULT_QUEUE_PER_WORKER * workers),
+        max_body_bytes=values.get("max-body-bytes", _positive_int, DEFAULT_MAX_BODY_BYTES),
+        request_timeout=timeout,
+        grace_period=values.get("grace-period", _seconds, DEFAULT_GRACE_PERIOD),
+        wait_for_model=values.get("wait-for-model", _seconds, DEFAULT_WAIT_FOR_MODEL),
+        file_system_poll_wait=values.get(
+            "file_system_poll_wait_seconds", _seconds, DEFAULT_FILE_SYSTEM_POLL_WAIT
         ),
-        notes=tuple(notes),
+        model_config_file_poll_wait=values.get(
+            "model_config_file_poll_wait_seconds", _seconds, DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT
+        ),
+        access_log=values.get("access-log", _boolean, False),
+        log_level=values.get("log-level", _log_level, "info"),
+        budget=budget,
+        monitoring_config_file=None if monitoring is None else Path(monitoring),
+        grpc_socket_path=socket_path,
+        enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
+        notes=(*notes, *model_notes),
     )

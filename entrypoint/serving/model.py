@@ -399,7 +399,9 @@ class TensorFlowServable:
                     log.info("warm-up of signature %r skipped: %s", name, err.message)
 
 
-def load(directory: Path, version: int) -> TensorFlowServable:
+def load(directory: Path, version: int, *, warmup: bool = True) -> TensorFlowServable:
+    """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false)."""
     servable = TensorFlowServable(directory, version)
-    servable.warm_up()
+    if warmup:
+        servable.warm_up()
     return servable

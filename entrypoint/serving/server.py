@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from tf_entrypoint.serving.app import ServingState, create_app
-from tf_entrypoint.serving.config import ServeConfig, UsageError, parse_config
+from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
 from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
 if TYPE_CHECKING:
@@ -92,18 +92,29 @@ def _describe(config: ServeConfig) -> str:
         f"of {config.budget.cpus} ({config.budget.source}; {threads}), at most "
         f"{config.max_queue} predicts admitted, bodies up to {config.max_body_bytes} bytes, "
         f"{config.grace_period:g} s grace on SIGTERM"
+        + ("" if config.enable_model_warmup else "; no warm-up (--enable_model_warmup=false)")
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _read_config(argv: Sequence[str]) -> ServeConfig | int:
+    """The settings, or the exit code once --help, --version or the error is printed."""
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        return parse_config(argv, os.environ)
+    except ShowText as shown:
+        sys.stdout.write(shown.text)
+        return EXIT_OK
     except UsageError as err:
-        print(err, file=sys.stderr)
+        print(f"error: {err} (exit {EXIT_USAGE}; see --help)", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = _read_config(sys.argv[1:] if argv is None else argv)
+    if isinstance(config, int):
+        return config
     _configure_logging(config.log_level)
     log.info("%s", _describe(config))
     for note in config.notes:
@@ -169,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _start_grpc(state: ServingState) -> GrpcServer | None:
     """The gRPC server, listening (OSError if it cannot); None when not asked for."""
     config = state.config
-    if not (config.grpc_port or getattr(config, "grpc_socket_path", None)):
+    if not (config.grpc_port or config.grpc_socket_path):
         return None
     from tf_entrypoint.serving.grpc_api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
 

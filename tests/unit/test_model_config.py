@@ -212,7 +212,7 @@ def test_the_server_reads_the_file_from_the_flag_in_both_spellings_or_the_variab
     )
     assert (conf.model_config_file_poll_wait, conf.file_system_poll_wait) == (5.0, 0.0)
     assert conf.notes == (
-        f"--model-name is ignored: the model config file {path} lists the models",
+        f"--model_name is ignored: the model config file {path} lists the models",
     )
 
 

@@ -1,0 +1,276 @@
+"""TF Serving's command line: one table (FLAGS) drives parsing, --help and the README."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from tf_entrypoint.serving import app as serving_app
+from tf_entrypoint.serving.config import (
+    FLAGS,
+    Flag,
+    PlannedCpus,
+    ServeConfig,
+    ShowText,
+    UsageError,
+    help_text,
+    markdown_table,
+    parse_config,
+    read_flags,
+)
+
+HERE = Path(__file__).resolve().parent
+README = (HERE.parents[1] / "README.md").read_text()
+BUDGET = PlannedCpus(2, "test")
+#: KServe's TensorFlow runtime runs exactly this (its ServingRuntime `command:`).
+KSERVE = [
+    "--model_name=flowers",
+    "--port=9000",
+    "--rest_api_port=8080",
+    "--model_base_path=/mnt/models",
+    "--rest_api_timeout_in_ms=60000",
+]
+
+
+def main_cc_flags() -> list[str]:
+    lines = (HERE / "data" / "tf_serving_main_flags.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def parse(*argv: str, env: dict[str, str] | None = None) -> ServeConfig:
+    return parse_config(list(argv), env or {}, budget=BUDGET)
+
+
+def by_name(name: str) -> Flag:
+    return next(flag for flag in FLAGS if flag.name == name)
+
+
+def test_every_flag_of_tf_servings_main_cc_is_in_the_table() -> None:
+    names = main_cc_flags()
+    assert len(names) > 40  # the vendored list was read, not an empty file
+    assert sorted(flag.name for flag in FLAGS if flag.tf_serving) == sorted(names)
+
+
+def test_spellings_are_unique_and_ours_use_dashes() -> None:
+    spellings = [spelling for flag in FLAGS for spelling in flag.spellings]
+    assert len(spellings) == len(set(spellings))
+    for flag in FLAGS:
+        if not flag.tf_serving:
+            assert "_" not in flag.name, flag.name
+        assert flag.meaning or flag.why, flag.name
+        if flag.kind == "limited":
+            assert flag.why, flag.name
+
+
+def test_kserves_command_line() -> None:
+    conf = parse(*KSERVE)
+    assert [(m.name, str(m.base_path)) for m in conf.models.models] == [("flowers", "/mnt/models")]
+    assert (conf.grpc_port, conf.rest_port, conf.request_timeout) == (9000, 8080, 60.0)
+    assert conf.notes == ()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field", "expected"),
+    [
+        ("--model_name", "m", "model", "m"),
+        ("--model-name", "m", "model", "m"),
+        ("--port", "9000", "grpc_port", 9000),
+        ("--grpc-port", "9000", "grpc_port", 9000),
+        ("--rest_api_port", "8080", "rest_port", 8080),
+        ("--rest-api-port", "8080", "rest_port", 8080),
+        ("--rest_api_timeout_in_ms", "1500", "request_timeout", 1.5),
+        ("--request-timeout", "1.5", "request_timeout", 1.5),
+        ("--file_system_poll_wait_seconds", "7", "file_system_poll_wait", 7.0),
+        ("--model_config_file_poll_wait_seconds", "3", "model_config_file_poll_wait", 3.0),
+        ("--grpc_socket_path", "/tmp/grpc.sock", "grpc_socket_path", "/tmp/grpc.sock"),
+        ("--monitoring_config_file", "/m.config", "monitoring_config_file", Path("/m.config")),
+        ("--workers", "3", "workers", 3),
+        ("--host", "127.0.0.1", "host", "127.0.0.1"),
+        ("--log-level", "debug", "log_level", "debug"),
+    ],
+)
+def test_equals_and_space_forms_agree(flag: str, value: str, field: str, expected: object) -> None:
+    for argv in ([f"{flag}={value}"], [flag, value]):
+        conf = parse(*argv)
+        got = conf.models.models[0].name if field == "model" else getattr(conf, field)
+        assert got == expected, argv
+
+
+def test_bare_booleans() -> None:
+    assert parse().enable_model_warmup is True
+    assert parse("--enable_model_warmup=false").enable_model_warmup is False
+    assert parse("--enable_model_warmup=0").enable_model_warmup is False
+    assert parse("--enable_model_warmup=false", "--enable_model_warmup").enable_model_warmup
+    assert parse("--access-log").access_log is True
+    assert parse("--access-log=no").access_log is False
+
+
+def test_a_bare_boolean_never_takes_the_next_argument() -> None:
+    with pytest.raises(UsageError, match=r"unexpected argument 'false' \(a boolean takes its "
+                       r"value as --enable_model_warmup=VALUE"):  # fmt: skip
+        parse("--enable_model_warmup", "false")
+    with pytest.raises(UsageError, match=r"--access-log='maybe' is invalid: expected true or"):
+        parse("--access-log=maybe")
+
+
+def test_a_value_flag_needs_its_value() -> None:
+    for argv in (["--model_name"], ["--model_name", "--port=1"]):
+        with pytest.raises(UsageError, match=r"--model_name needs a value"):
+            parse(*argv)
+
+
+def test_unknown_flags_are_named_with_a_suggestion() -> None:
+    with pytest.raises(UsageError, match=r"unknown flag --modle_name \(did you mean --model_name"):
+        parse("--modle_name=x")
+    with pytest.raises(UsageError, match=r"unexpected argument 'serve'"):
+        parse("serve")
+
+
+LIMITED = [flag for flag in FLAGS if flag.kind == "limited"]
+
+
+def refused_value(flag: Flag) -> str:
+    if flag.boolean:
+        return "false" if "true" in flag.accepts else "true"
+    return "7" if "0" in flag.accepts or not flag.accepts else "x"
+
+
+@pytest.mark.parametrize("flag", LIMITED, ids=lambda flag: flag.name)
+def test_what_is_not_implemented_is_refused_by_name(flag: Flag) -> None:
+    value = refused_value(flag)
+    assert value not in flag.accepts
+    with pytest.raises(UsageError, match=rf"^--{flag.name}(={value})? is not supported: ") as err:
+        parse(f"--{flag.name}={value}")
+    assert flag.why in str(err.value)
+
+
+@pytest.mark.parametrize("flag", LIMITED, ids=lambda flag: flag.name)
+def test_what_this_server_does_anyway_is_accepted(flag: Flag) -> None:
+    for value in flag.accepts:
+        parse(f"--{flag.name}={value}")
+
+
+def test_batching_is_refused_until_issue_15() -> None:
+    with pytest.raises(UsageError, match=r"^--enable_batching is not supported: server-side "
+                       r"batching is not implemented yet \(issue 15\)"):  # fmt: skip
+        parse("--enable_batching")
+    assert parse("--enable_batching=false").notes == ()
+
+
+@pytest.mark.parametrize(
+    "flag", [flag for flag in FLAGS if flag.kind == "noted"], ids=lambda flag: flag.name
+)
+def test_flags_without_effect_are_accepted_and_said(flag: Flag) -> None:
+    value = "true" if flag.boolean else "4"
+    conf = parse(f"--{flag.name}={value}")
+    assert conf.notes == (f"--{flag.name}={value} has no effect here: {flag.why}",)
+
+
+def test_rest_api_num_threads_does_not_size_the_inference_threads() -> None:
+    conf = parse("--rest_api_num_threads=64")
+    assert conf.workers == BUDGET.cpus
+    assert "--workers" in conf.notes[0]
+
+
+@pytest.mark.parametrize(
+    "name", [flag.name for flag in FLAGS if flag.kind == "plan"]
+)  # fmt: skip
+def test_thread_flags_reaching_the_server_are_refused(name: str) -> None:
+    # tf-entrypoint takes them out of the command line into the plan; the server
+    # only sees them when it was started without the entrypoint.
+    with pytest.raises(UsageError, match=rf"^--{name} is read by tf-entrypoint"):
+        parse(f"--{name}=2")
+
+
+def test_timeout_in_ms() -> None:
+    assert parse("--rest_api_timeout_in_ms=0").request_timeout == 0
+    assert parse("--rest_api_timeout_in_ms=-5").request_timeout == 0  # TF Serving: no limit
+    assert parse("--rest_api_timeout_in_ms=250").request_timeout == 0.25
+    env = {"SERVE_REQUEST_TIMEOUT": "9"}
+    assert parse("--rest_api_timeout_in_ms=250", env=env).request_timeout == 0.25
+    assert parse(env=env).request_timeout == 9
+    with pytest.raises(UsageError, match="both given"):
+        parse("--rest_api_timeout_in_ms=250", "--request-timeout=1")
+    with pytest.raises(UsageError, match=r"--rest_api_timeout_in_ms='1.5' is invalid"):
+        parse("--rest_api_timeout_in_ms=1.5")
+
+
+def test_model_base_path_has_tf_servings_meaning_and_ours_is_the_parent() -> None:
+    def path(*argv: str, env: dict[str, str] | None = None) -> str:
+        return str(parse(*argv, env=env).models.models[0].base_path)
+
+    assert path("--model_base_path=/mnt/models") == "/mnt/models"
+    assert path("--model-base-path=/srv", "--model_name=m") == "/srv/m"
+    assert path(env={"MODEL_BASE_PATH": "/srv", "MODEL_NAME": "m"}) == "/srv/m"
+    # The flag (the model's own directory) wins over the variable (the parent).
+    assert path("--model_base_path=/mnt/models", env={"MODEL_BASE_PATH": "/srv"}) == "/mnt/models"
+    with pytest.raises(UsageError, match="give one"):
+        parse("--model_base_path=/a", "--model-base-path=/b")
+
+
+def test_variables_are_named_when_invalid() -> None:
+    with pytest.raises(UsageError, match=r"^SERVE_WORKERS='0' is invalid: expected a whole"):
+        parse(env={"SERVE_WORKERS": "0"})
+    with pytest.raises(UsageError, match=r"^PORT='http' is invalid: expected a port"):
+        parse(env={"PORT": "http"})
+
+
+def test_a_socket_alone_is_something_to_serve() -> None:
+    conf = parse("--port=0", "--rest_api_port=0", "--grpc_socket_path=/tmp/s")
+    assert (conf.grpc_port, conf.rest_port, conf.grpc_socket_path) == (0, 0, "/tmp/s")
+    with pytest.raises(UsageError, match="nothing to serve"):
+        parse("--port=0", "--rest_api_port=0")
+
+
+def test_the_last_of_repeated_flags_wins() -> None:
+    assert parse("--port=1", "--grpc-port", "2").grpc_port == 2
+
+
+def test_help_lists_every_spelling() -> None:
+    with pytest.raises(ShowText) as shown:
+        read_flags(["--model_name=m", "--help"])
+    assert shown.value.text == help_text()
+    for flag in FLAGS:
+        for spelling in flag.spellings:
+            assert f"{spelling}" in shown.value.text
+
+
+def test_version_prints_tf_servings_two_lines() -> None:
+    with pytest.raises(ShowText) as shown:
+        parse("--version", "--enable_batching")  # before anything is checked, as TF Serving
+    lines = shown.value.text.splitlines()
+    assert lines[0].startswith("TensorFlow ModelServer: tf-entrypoint ")
+    assert lines[1].startswith("TensorFlow Library: ")
+
+
+def test_the_readme_table_is_the_codes_table() -> None:
+    table = markdown_table()
+    assert table.splitlines()[0] in README
+    start = README.index(table.splitlines()[0])
+    assert README[start : README.index("\n\n", start)] == table
+
+
+def test_warm_up_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Path, int, bool]] = []
+    fake = types.ModuleType("tf_entrypoint.serving.model")
+
+    def load(directory: Path, version: int, *, warmup: bool = True) -> object:
+        calls.append((directory, version, warmup))
+        return object()
+
+    fake.load = load  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tf_entrypoint.serving.model", fake)
+    import tf_entrypoint.serving as package  # noqa: PLC0415
+
+    monkeypatch.setattr(package, "model", fake, raising=False)
+    for argv, warmup in (([], True), (["--enable_model_warmup=false"], False)):
+        conf = parse(f"--model_base_path={tmp_path}", *argv)
+        application = serving_app.create_app(conf)
+        loader = application.state.serving.manager._loader
+        assert isinstance(loader, functools.partial)
+        loader(tmp_path, 1)
+        assert calls[-1] == (tmp_path, 1, warmup)
