@@ -18,6 +18,7 @@ from tf_entrypoint.serving.model_config import (
     read_model_config,
     single_model,
 )
+from tf_entrypoint.serving.monitoring import MonitoringConfig, read_monitoring_config
 
 DEFAULT_MODEL_NAME = "model"
 DEFAULT_MODEL_BASE_PATH = "/models"
@@ -96,6 +97,8 @@ class ServeConfig:
     budget: PlannedCpus
     #: TF Serving's --monitoring_config_file (text MonitoringConfig), or None.
     monitoring_config_file: Path | None = None
+    #: What that file asks for (no Prometheus page without one).
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     #: Things to tell the operator at start (flags that a config file overrides).
     notes: tuple[str, ...] = field(default=())
 
@@ -185,8 +188,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog=(
             "exit codes: 0 stopped by SIGTERM/SIGINT after draining; 1 a model had no "
             "version within --wait-for-model, or its first load failed; 64 a bad option or "
-            "variable; 78 a model config file that cannot be served (file, line and field "
-            "on stderr)."
+            "variable; 78 a model or monitoring config file that cannot be served (file, "
+            "line and field on stderr)."
         ),
     )
     add = parser.add_argument
@@ -223,8 +226,10 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         f"(env {ENV_REST_PORT}; default %(default)s)")  # fmt: skip
     add("--monitoring_config_file", "--monitoring-config-file", metavar="PATH",
         default=env.get(ENV_MONITORING_CONFIG_FILE, "").strip() or None,
-        help=f"TF Serving's monitoring config file (text MonitoringConfig) "
-        f"(env {ENV_MONITORING_CONFIG_FILE})")  # fmt: skip
+        help=f"TF Serving's monitoring config file (text MonitoringConfig): "
+        "'prometheus_config { enable: true path: \"/monitoring/prometheus/metrics\" }' "
+        "serves TF Serving's metrics (:tensorflow:serving:request_count, ...) at that "
+        f"path on the REST port (env {ENV_MONITORING_CONFIG_FILE})")  # fmt: skip
     add("--workers", type=_positive_int, default=env.get(ENV_WORKERS, "").strip() or None,
         help=f"inference threads (env {ENV_WORKERS}; default: the CPU budget)")  # fmt: skip
     add("--max-queue", type=_positive_int, default=env.get(ENV_MAX_QUEUE, "").strip() or None,
@@ -274,8 +279,8 @@ def parse_config(
     argv: Sequence[str], env: Mapping[str, str], budget: PlannedCpus | None = None
 ) -> ServeConfig:
     """Raises UsageError (argparse's message) for a bad flag or variable, and
-    ConfigError (naming file, line and field) for a model configuration that
-    cannot be served."""
+    ConfigError (naming file, line and field) for a model or monitoring
+    configuration that cannot be served."""
     args = build_parser(env).parse_args(list(argv))
     try:
         models, notes = _models(args, env)
@@ -290,6 +295,17 @@ def parse_config(
             f"--port and --rest_api_port are both {args.grpc_port}: --port is the gRPC port, "
             "as in TF Serving (it was the REST port before gRPC was served); give REST "
             "its own with --rest_api_port (env PORT)"
+        )
+    monitoring_file = (
+        None if args.monitoring_config_file is None else Path(args.monitoring_config_file)
+    )
+    monitoring = (
+        MonitoringConfig() if monitoring_file is None else read_monitoring_config(monitoring_file)
+    )
+    if monitoring.prometheus_path is not None and args.rest_port == 0:
+        notes.append(
+            f"the monitoring config file {monitoring_file} enables the Prometheus page "
+            f"{monitoring.prometheus_path}, but --rest_api_port is 0: no page is served"
         )
     budget = budget or cpu_budget(env)
     workers: int = args.workers or size_workers(budget)
@@ -309,8 +325,7 @@ def parse_config(
         access_log=args.access_log,
         log_level=args.log_level,
         budget=budget,
-        monitoring_config_file=(
-            None if args.monitoring_config_file is None else Path(args.monitoring_config_file)
-        ),
+        monitoring_config_file=monitoring_file,
+        monitoring=monitoring,
         notes=tuple(notes),
     )

@@ -9,7 +9,7 @@ socket closes, idle keep-alive connections close, requests in flight finish
 (up to --grace-period seconds), then the process exits 0. A second SIGINT
 forces an immediate stop. Exit 1 when a model has no version within
 --wait-for-model seconds or loading one fails at start; 64 for a bad command
-line; 78 for a model config file that cannot be served.
+line; 78 for a model or monitoring config file that cannot be served.
 """
 
 from __future__ import annotations
