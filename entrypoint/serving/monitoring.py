@@ -335,7 +335,7 @@ class Sampler(_Metric):
 
 def _microseconds(seconds: float) -> int:
     """TF Serving measures with Env::NowMicros(): whole microseconds, never negative."""
-    return max(0, int(seconds * 1_000_000))
+    return max(0, round(seconds * 1_000_000))
 
 
 class TFServingMetrics:
