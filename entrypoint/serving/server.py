@@ -108,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%s", _describe(config))
     for note in config.notes:
         log.warning("%s", note)
+    page = config.monitoring.prometheus_path
+    if page is not None and config.rest_port:
+        log.info("TF Serving's Prometheus metrics at %s (%s)", page, config.monitoring_config_file)
 
     fatal: list[str] = []
     server: _Server | None = None
