@@ -100,14 +100,16 @@ def test_the_page_counts_rest_requests_like_tf_serving(containers: Containers, w
 def test_a_bad_monitoring_config_stops_the_server_with_file_and_line(
     containers: Containers, warm: Path, tmp_path: Path
 ) -> None:
-    (tmp_path / "monitoring.config").write_text(
+    config = tmp_path / "config"  # 0755: pytest's tmp_path is 0700, unreadable in there
+    config.mkdir()
+    (config / "monitoring.config").write_text(
         'prometheus_config {\n  enable: true\n  path: "/v1/metrics"\n}\n'
     )
     ran = containers.run(
         ["serve", "--model-name", "warm", "--monitoring_config_file=/config/monitoring.config"],
         volumes={
             str(warm / "models"): {"bind": "/models", "mode": "ro"},
-            str(tmp_path): {"bind": "/config", "mode": "ro"},
+            str(config): {"bind": "/config", "mode": "ro"},
         },
         timeout=180,
     )
