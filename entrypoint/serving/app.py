@@ -27,8 +27,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tf_entrypoint.serving import monitoring, service
 from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving import service
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.metrics import Metrics
@@ -40,6 +40,12 @@ log = logging.getLogger("tf_entrypoint.serving")
 T = TypeVar("T")
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: A REST verb -> the `API` label of TF Serving's runtime_latency.
+_RUNTIME_APIS = {
+    monitoring.API_REST_PREDICT: monitoring.RUNTIME_API_PREDICT,
+    monitoring.API_REST_CLASSIFY: monitoring.RUNTIME_API_CLASSIFY,
+    monitoring.API_REST_REGRESS: monitoring.RUNTIME_API_REGRESS,
+}
 
 
 def tensorflow_loader(directory: Path, version: int, *, warmup: bool = True) -> Servable:
@@ -205,6 +211,7 @@ class _Endpoints:
         try:
             route = p.parse_route(request.method, request.url.path)
             api = "predict" if route.kind in ("predict", "classify", "regress") else route.kind
+            model = state.model_label(route)
             if route.kind == "status":
                 result = service.status(manager, route)
             elif route.kind == "metadata":
@@ -217,17 +224,29 @@ class _Endpoints:
                     manager,
                     route,
                     body,
-                    self.metrics.inference.labels(state.model_label(route)).observe,
+                    functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind]),
                 )
                 result = await state.pool.run(work, config.request_timeout)
         except p.ApiError as err:
             result = error_answer(err)
         except ClientDisconnect:
             result = Answer(499, b"", {})
-        self.metrics.observe(
-            api, result.status, time.perf_counter() - started, state.model_label(route)
+        seconds = time.perf_counter() - started
+        model = state.model_label(route)
+        self.metrics.observe(api, result.status, seconds, model)
+        self.metrics.request_done(
+            model,
+            # TF Serving's `method`: the verb of a POST, "" for GETs and bad paths.
+            route.kind if route is not None and route.kind in _RUNTIME_APIS else "",
+            monitoring.ENTRYPOINT_REST,
+            monitoring.status_name(result.status),
+            seconds,
         )
         return _respond(result)
+
+    def _inference_done(self, model: str, runtime_api: str, seconds: float) -> None:
+        self.metrics.inference.labels(model).observe(seconds)
+        self.metrics.runtime_done(model, runtime_api, seconds)
 
     async def healthz(self, request: Request) -> Response:
         return self._timed("health", answer(200, {"status": "alive"}))
@@ -256,6 +275,13 @@ class _Endpoints:
         page = self.metrics.exposition()
         self.metrics.observe("metrics", 200, time.perf_counter() - started)
         return Response(page, media_type=self.metrics.content_type)
+
+    async def tfserving_page(self, request: Request) -> Response:
+        """TF Serving's Prometheus page (--monitoring_config_file)."""
+        started = time.perf_counter()
+        page = self.metrics.tfserving.page()
+        self.metrics.observe("metrics", 200, time.perf_counter() - started)
+        return Response(page, media_type=monitoring.CONTENT_TYPE)
 
     def _timed(self, api: str, result: Answer) -> Response:
         self.metrics.observe(api, result.status, 0.0)
@@ -312,13 +338,16 @@ def create_app(
     )
     endpoints = _Endpoints(state)
     probes = ["GET", "HEAD"]
+    routes = [
+        Route("/healthz", endpoints.healthz, methods=probes),
+        Route("/readyz", endpoints.readyz, methods=probes),
+        Route("/metrics", endpoints.metrics_page, methods=probes),
+    ]
+    page = config.monitoring.prometheus_path
+    if page is not None:  # checked by monitoring.check_path: no {param}, no clash
+        routes.append(Route(page, endpoints.tfserving_page, methods=probes))
     app = Starlette(
-        routes=[
-            Route("/healthz", endpoints.healthz, methods=probes),
-            Route("/readyz", endpoints.readyz, methods=probes),
-            Route("/metrics", endpoints.metrics_page, methods=probes),
-            Route("/{path:path}", endpoints.anything, methods=ALL_METHODS),
-        ],
+        routes=[*routes, Route("/{path:path}", endpoints.anything, methods=ALL_METHODS)],
         exception_handlers={
             HTTPException: endpoints.http_error,
             Exception: endpoints.internal_error,

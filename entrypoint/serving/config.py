@@ -26,6 +26,7 @@ from tf_entrypoint.serving.model_config import (
     read_model_config,
     single_model,
 )
+from tf_entrypoint.serving.monitoring import MonitoringConfig, read_monitoring_config
 
 T = TypeVar("T")
 
@@ -110,6 +111,8 @@ class ServeConfig:
     grpc_socket_path: str | None = None
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
+    #: What that file asks for (no Prometheus page without one).
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -327,7 +330,10 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("false",), why=_NO_BATCHING),
     # --- monitoring, sizing, logs
     Flag("monitoring_config_file", "TF Serving's monitoring config file (text "
-         "MonitoringConfig)", aliases=("monitoring-config-file",),
+         "MonitoringConfig): 'prometheus_config { enable: true path: "
+         "\"/monitoring/prometheus/metrics\" }' serves TF Serving's metrics "
+         "(:tensorflow:serving:request_count, ...) at that path on the REST port",
+         aliases=("monitoring-config-file",),
          env=ENV_MONITORING_CONFIG_FILE, default="none"),
     Flag("workers", "inference threads", env=ENV_WORKERS, default="the CPU budget",
          tf_serving=False),
@@ -471,8 +477,8 @@ flags:
 {"".join(lines)}
 exit codes: 0 stopped by SIGTERM/SIGINT after draining (or --help, --version); 1 a
 model had no version within --wait-for-model, or its first load failed; 64 a bad
-or unsupported flag or variable; 78 a model config file that cannot be served
-(file, line and field on stderr).
+or unsupported flag or variable; 78 a model or monitoring config file that cannot
+be served (file, line and field on stderr).
 """
 
 
@@ -608,7 +614,7 @@ def parse_config(
 ) -> ServeConfig:
     """Raises UsageError for a bad or unsupported flag or variable, ShowText
     for --help and --version, and ConfigError (naming file, line and field) for
-    a model configuration that cannot be served."""
+    a model or monitoring configuration that cannot be served."""
     given = read_flags(argv)
     values = _Values(given, env)
     if values.get("version", _boolean, False):
@@ -641,6 +647,15 @@ def parse_config(
     budget = budget or cpu_budget(env)
     workers = values.get("workers", _positive_int, size_workers(budget))
     monitoring = values.get("monitoring_config_file", _path, None)
+    monitoring_file = None if monitoring is None else Path(monitoring)
+    prometheus = (
+        MonitoringConfig() if monitoring_file is None else read_monitoring_config(monitoring_file)
+    )
+    if prometheus.prometheus_path is not None and rest_port == 0:
+        notes.append(
+            f"the monitoring config file {monitoring_file} enables the Prometheus page "
+            f"{prometheus.prometheus_path}, but --rest_api_port is 0: no page is served"
+        )
     return ServeConfig(
         models=models,
         host=values.get("host", str, DEFAULT_HOST),
@@ -661,7 +676,8 @@ def parse_config(
         access_log=values.get("access-log", _boolean, False),
         log_level=values.get("log-level", _log_level, "info"),
         budget=budget,
-        monitoring_config_file=None if monitoring is None else Path(monitoring),
+        monitoring_config_file=monitoring_file,
+        monitoring=prometheus,
         grpc_socket_path=socket_path,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
         notes=(*notes, *model_notes),

@@ -95,6 +95,17 @@ class Events(Protocol):
 
     def config_reloaded(self, result: str) -> None: ...
 
+    def saved_model_loaded(
+        self,
+        path: Path,
+        ok: bool,
+        load_seconds: float,
+        warmup_seconds: float | None,
+        warmup_records: int,
+    ) -> None:
+        """One load attempt of a version directory (TF Serving's load and warm-up metrics)."""
+        ...
+
 
 class Version:
     """One version of one model, in one of the five states."""
@@ -354,6 +365,7 @@ class Manager:
             with self._lock:
                 version.state, version.error = END, message
             self._events.version_load_failed(name, seconds)
+            self._events.saved_model_loaded(version.path, False, seconds, None, 0)
             serving = [v.number for v in model.serving]
             log.error(
                 "model %r: %s; %s",
@@ -369,6 +381,16 @@ class Manager:
             model.counts_for_readiness = True
             numbers = [v.number for v in model.serving]
         self._events.version_loaded(name, seconds, servable.warmup_records)
+        # Time replaying TF Serving's warm-up file; None without one (optional:
+        # only the TensorFlow servable measures it).
+        warmup_seconds: float | None = getattr(servable, "warmup_seconds", None)
+        self._events.saved_model_loaded(
+            version.path,
+            True,
+            seconds - (warmup_seconds or 0.0),
+            warmup_seconds,
+            servable.warmup_records,
+        )
         self._events.versions_available(name, numbers)
         log.info(
             "model %r version %d is available (loaded in %.2f s, %d warm-up record(s) "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -12,6 +14,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+
+from tf_entrypoint.serving.monitoring import TFServingMetrics
 
 #: Seconds; from a cache-hot tiny model to a request that hits the timeout.
 LATENCY_BUCKETS = (
@@ -142,6 +146,8 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        #: TF Serving's own metrics, for the --monitoring_config_file page.
+        self.tfserving = TFServingMetrics()
         self.config_reloads = Counter(
             "serving_model_config_reloads",
             "Changed model config files applied (success) or refused (failure).",
@@ -169,6 +175,31 @@ class Metrics:
         self.grpc_requests.labels(method, code, model).inc()
         self.grpc_latency.labels(method, model).observe(seconds)
 
+    # -- TF Serving's metrics (the REST handler and the gRPC servicer call these)
+
+    def request_done(
+        self, model_name: str, api: str, entrypoint: str, status: str, seconds: float
+    ) -> None:
+        """One answered request, for TF Serving's request_count and request_latency.
+
+        Call it for every request, whatever its outcome (TF Serving counts them
+        all and keeps the latency of successful ones only). `model_name`: a
+        configured model's name, else "" (bounded label values); `api`: one of
+        monitoring's API_GRPC_* / API_REST_* values; `entrypoint`:
+        ENTRYPOINT_GRPC or ENTRYPOINT_REST; `status`: the canonical status name
+        ("OK", "NOT_FOUND", "INVALID_ARGUMENT", ...; `grpc.StatusCode.X.name`
+        gives it); `seconds`: from request received to answer ready.
+        """
+        self.tfserving.request_done(model_name, api, entrypoint, status, seconds)
+
+    def runtime_done(self, model_name: str, api: str, seconds: float) -> None:
+        """Seconds inside TensorFlow for one successful call (TF Serving's runtime_latency).
+
+        `api`: one of monitoring's RUNTIME_API_* values ("Predict", "Classify",
+        "Regress"), whatever the entrypoint.
+        """
+        self.tfserving.runtime_done(model_name, api, seconds)
+
     # -- lifecycle.Events
 
     def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None:
@@ -189,6 +220,16 @@ class Metrics:
 
     def config_reloaded(self, result: str) -> None:
         self.config_reloads.labels(result).inc()
+
+    def saved_model_loaded(
+        self,
+        path: Path,
+        ok: bool,
+        load_seconds: float,
+        warmup_seconds: float | None,
+        warmup_records: int,
+    ) -> None:
+        self.tfserving.saved_model_loaded(path, ok, load_seconds, warmup_seconds, warmup_records)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,8 @@ class TensorFlowServable:
         self._directory = directory
         self._version = version
         self._warmup_records = 0
+        #: Seconds spent replaying the warm-up file; None when there is none.
+        self.warmup_seconds: float | None = None
         self._signatures = read_signatures(directory)
         loaded = tf.saved_model.load(str(directory), tags=[SERVE_TAG])
         self._loaded = loaded  # keeps the functions' variables alive
@@ -330,7 +333,9 @@ class TensorFlowServable:
         """
         path = self._directory / WARMUP_FILE
         if path.is_file():
+            started = time.perf_counter()
             self._warmup_records = self._replay(path)
+            self.warmup_seconds = time.perf_counter() - started
             return
         self._warm_up_with_zeros()
 

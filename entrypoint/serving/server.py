@@ -9,7 +9,7 @@ socket closes, idle keep-alive connections close, requests in flight finish
 (up to --grace-period seconds), then the process exits 0. A second SIGINT
 forces an immediate stop. Exit 1 when a model has no version within
 --wait-for-model seconds or loading one fails at start; 64 for a bad command
-line; 78 for a model config file that cannot be served.
+line; 78 for a model or monitoring config file that cannot be served.
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%s", _describe(config))
     for note in config.notes:
         log.warning("%s", note)
+    page = config.monitoring.prometheus_path
+    if page is not None and config.rest_port:
+        log.info("TF Serving's Prometheus metrics at %s (%s)", page, config.monitoring_config_file)
 
     fatal: list[str] = []
     stopping = threading.Event()

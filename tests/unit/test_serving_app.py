@@ -8,8 +8,8 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient

@@ -87,7 +87,6 @@ def test_kserves_command_line() -> None:
         ("--file_system_poll_wait_seconds", "7", "file_system_poll_wait", 7.0),
         ("--model_config_file_poll_wait_seconds", "3", "model_config_file_poll_wait", 3.0),
         ("--grpc_socket_path", "/tmp/grpc.sock", "grpc_socket_path", "/tmp/grpc.sock"),
-        ("--monitoring_config_file", "/m.config", "monitoring_config_file", Path("/m.config")),
         ("--workers", "3", "workers", 3),
         ("--host", "127.0.0.1", "host", "127.0.0.1"),
         ("--log-level", "debug", "log_level", "debug"),

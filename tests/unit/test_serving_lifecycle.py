@@ -6,8 +6,8 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 

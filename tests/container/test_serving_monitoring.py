@@ -1,0 +1,121 @@
+"""TF Serving's monitoring in the real image: --monitoring_config_file, the
+Prometheus page at TF Serving's path after real requests, and a bad file.
+
+The model is make_models.py's "warm": y = x + 1 with 5 warm-up records, so the
+page has load, warm-up, request and runtime metrics of a real TensorFlow load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.container.dockerkit import Containers
+from tests.container.test_serving_versions import HERE, serving
+
+PAGE = "/monitoring/prometheus/metrics"
+
+
+@pytest.fixture(scope="module")
+def warm(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """models/warm/1 (y = x + 1, 5 warm-up records), exported once in the image."""
+    root = tmp_path_factory.mktemp("monitored")
+    (root / "models").mkdir()
+    (root / "models").chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_models.py", "/models/warm", "1", "--warmup", "5"],
+        volumes={
+            str(root / "models"): {"bind": "/models", "mode": "rw"},
+            str(HERE): {"bind": "/t", "mode": "ro"},
+        },
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    (root / "config").mkdir()
+    (root / "config" / "monitoring.config").write_text(
+        'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'
+    )
+    return root
+
+
+def test_the_page_counts_rest_requests_like_tf_serving(containers: Containers, warm: Path) -> None:
+    args = ["--model-name", "warm", "--monitoring_config_file", "/config/monitoring.config"]
+    with serving(containers, warm / "models", *args, config=warm / "config") as server:
+        for x in (1.0, 2.0):
+            assert server.predict("/v1/models/warm:predict", x) == x + 1
+        assert server.post("/v1/models/warm:predict", {"instances": "x"}).status_code == 400
+        assert server.post("/v1/models/nope:predict", {"instances": [1.0]}).status_code == 404
+        assert server.get("/v1/models/warm").status_code == 200
+        response = server.get(PAGE)
+        assert response.status_code == 200, server.logs()
+        assert response.headers["content-type"].startswith("text/plain")
+        text = response.text
+        assert server.get("/metrics").status_code == 200  # the server's own page stays
+        assert server.get("/monitoring/other").status_code == 404
+
+    lines = text.split("\n")
+    assert lines[-1] == ""
+    assert not [line for line in lines if line.startswith("# HELP")]
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def value(family: str, sample: str, **labels: str) -> float:
+        found = [
+            s.value for s in families[family].samples if s.name == sample and s.labels == labels
+        ]
+        assert len(found) == 1, (family, sample, labels, families[family].samples)
+        return found[0]
+
+    count = ":tensorflow:serving:request_count"
+    assert families[count].type == "counter"
+    # prometheus_client names a counter's samples NAME_total; TF Serving writes NAME.
+    assert f'{count}{{model_name="warm",status="OK"}} 3' in lines
+    assert value(count, count + "_total", model_name="warm", status="INVALID_ARGUMENT") == 1
+    assert value(count, count + "_total", model_name="", status="NOT_FOUND") == 1
+
+    latency = ":tensorflow:serving:request_latency"
+    assert families[latency].type == "histogram"
+    rest = {"model_name": "warm", "entrypoint": "REST"}
+    assert value(latency, latency + "_count", API="predict", **rest) == 2
+    assert value(latency, latency + "_count", API="", **rest) == 1
+    assert value(latency, latency + "_bucket", API="predict", le="+Inf", **rest) == 2
+
+    runtime = ":tensorflow:serving:runtime_latency"
+    labels = {"model_name": "warm", "API": "Predict", "runtime": "TF1"}
+    assert value(runtime, runtime + "_count", **labels) == 2
+    assert value(runtime, runtime + "_sum", **labels) > 0  # microseconds in TensorFlow
+
+    path = {"model_path": "/models/warm/1"}
+    attempts = ":tensorflow:cc:saved_model:load_attempt_count"
+    assert value(attempts, attempts + "_total", status="success", **path) == 1
+    load = ":tensorflow:cc:saved_model:load_latency"
+    assert value(load, load + "_total", **path) > 1000  # a real load takes over 1 ms
+    warmup = ":tensorflow:serving:model_warmup_latency"
+    assert value(warmup, warmup + "_count", status="OK", **path) == 1
+    records = ":tensorflow:serving:model_warmup_records_read"
+    assert value(records, records + "_total", status="OK", **path) == 5
+
+
+def test_a_bad_monitoring_config_stops_the_server_with_file_and_line(
+    containers: Containers, warm: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config"  # 0755: pytest's tmp_path is 0700, unreadable in there
+    config.mkdir()
+    (config / "monitoring.config").write_text(
+        'prometheus_config {\n  enable: true\n  path: "/v1/metrics"\n}\n'
+    )
+    ran = containers.run(
+        ["serve", "--model-name", "warm", "--monitoring_config_file=/config/monitoring.config"],
+        volumes={
+            str(warm / "models"): {"bind": "/models", "mode": "ro"},
+            str(config): {"bind": "/config", "mode": "ro"},
+        },
+        timeout=180,
+    )
+    assert ran.exit_code == 78, ran.stderr
+    assert (
+        "/config/monitoring.config:3: prometheus_config.path '/v1/metrics' cannot be served"
+        in ran.stderr
+    )
+    assert "Traceback" not in ran.stderr
