@@ -187,7 +187,7 @@ class _Endpoints:
                 manager.check(route)  # unknown model or not loaded: no worker needed
                 body = await read_body(request, config.max_body_bytes)
                 work = functools.partial(
-                    service.predict,
+                    service.inference,
                     manager,
                     route,
                     body,

@@ -20,7 +20,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -63,6 +63,27 @@ class Servable(Protocol):
 
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
         """Run a signature. Raises ApiError for input the model rejects."""
+        ...
+
+    def classify(
+        self, signature_name: str, examples: Sequence[bytes]
+    ) -> list[list[tuple[bytes, float]]]:
+        """Run a classification signature on serialized tf.Example protos (TF Serving's Classify).
+
+        `signature_name` "" means serving_default. Per example, its (class
+        label, score) pairs: label b"" when the signature has no "classes"
+        output, score 0.0 when it has no "scores". Raises ApiError with TF
+        Serving's message (400 INVALID_ARGUMENT) for a signature that cannot
+        classify, no examples ("Input is empty."), an example the model
+        cannot parse, or outputs of the wrong dtype or shape.
+        """
+        ...
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        """Run a regression signature on serialized tf.Example protos (TF Serving's Regress).
+
+        One value per example; errors as :meth:`classify`.
+        """
         ...
 
 
