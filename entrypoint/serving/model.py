@@ -270,8 +270,9 @@ class TensorFlowServable:
         except (TypeError, ValueError) as err:
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
         if not isinstance(results, Mapping):
-            results = {"output_0": results}
-        return results
+            return {"output_0": results}
+        outputs: Mapping[str, Any] = results
+        return outputs
 
     def warm_up(self) -> None:
         """Replay the export's warm-up records, as TF Serving does; else run zeros once.
@@ -335,12 +336,17 @@ class TensorFlowServable:
 
     def _replay_examples(self, index: int, path: Path, log_entry: Any) -> None:
         """One classify_log or regress_log warm-up record."""
-        if log_entry.HasField("classify_log"):
-            request, run = log_entry.classify_log.request, self.classify
-        else:
-            request, run = log_entry.regress_log.request, self.regress
         try:
-            run(request.model_spec.signature_name, ex.serialized_examples(request.input))
+            if log_entry.HasField("classify_log"):
+                request = log_entry.classify_log.request
+                self.classify(
+                    request.model_spec.signature_name, ex.serialized_examples(request.input)
+                )
+            else:
+                request = log_entry.regress_log.request
+                self.regress(
+                    request.model_spec.signature_name, ex.serialized_examples(request.input)
+                )
         except p.ApiError as err:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 

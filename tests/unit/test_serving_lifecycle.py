@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
 from tf_entrypoint.serving.metrics import Metrics
@@ -38,6 +39,12 @@ class Fake:
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
         x = inputs["x"]
         return {"y": p.Tensor("DT_FLOAT", x.shape, [v + self.version for v in x.values])}
+
+    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
+        return [[(b"version", float(self.version))] for _ in examples]
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        return [float(self.version)] * len(examples)
 
 
 class Loader:
