@@ -4,9 +4,16 @@
     python make_models.py DIR VERSION [VERSION ...] --kind classify_regress [--warmup N]
 
 Version V of the model at DIR answers y = x + V (float32 [batch] -> [batch]),
-so a client can tell which version answered. With --kind classify_regress it
-is a TF1-style export (SavedModelBuilder) whose signatures read tf.Example
-features "x" (float, required) and "y" (float, default 0):
+so a client can tell which version answered. DIR/V is written beside its
+target and renamed into place, as the README recommends; with --staged it
+stays at DIR/.staged-V for the test to rename. --warmup N adds N warm-up
+records (assets.extra/tf_serving_warmup_requests, TF Serving's PredictionLog
+TFRecord) that each predict x = [i]; with --bad-warmup they name an input
+the signature does not have, so replaying them fails the load.
+
+With --kind classify_regress version V is a TF1-style export
+(SavedModelBuilder) whose signatures read tf.Example features "x" (float,
+required) and "y" (float, default 0):
 
 - classify (method tensorflow/serving/classify): classes ["sum", "difference"],
   scores [x + y, x - y];
@@ -17,12 +24,8 @@ features "x" (float, required) and "y" (float, default 0):
 - bad_scores (classify): scores x + y of shape [batch], which TF Serving rejects;
 - serving_default (predict): float "x" [batch] -> "y" = 2x + V.
 
-Its --warmup N records are N classify requests then N regress requests. DIR/V is written beside its
-target and renamed into place, as the README recommends; with --staged it
-stays at DIR/.staged-V for the test to rename. --warmup N adds N warm-up
-records (assets.extra/tf_serving_warmup_requests, TF Serving's PredictionLog
-TFRecord) that each predict x = [i]; with --bad-warmup they name an input
-the signature does not have, so replaying them fails the load.
+Its --warmup N records are N classify requests, then N regress requests, each
+of one example x = i.
 """
 
 from __future__ import annotations
