@@ -48,10 +48,12 @@ _RUNTIME_APIS = {
 }
 
 
-def tensorflow_loader(directory: Path, version: int, *, warmup: bool = True) -> Servable:
+def tensorflow_loader(
+    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-    return model.load(directory, version, warmup=warmup)
+    return model.load(directory, version, warmup=warmup, method_name_check=method_name_check)
 
 
 class InferencePool:
@@ -220,7 +222,7 @@ class _Endpoints:
                 manager.check(route)  # unknown model or not loaded: no worker needed
                 body = await read_body(request, config.max_body_bytes)
                 work = functools.partial(
-                    service.predict,
+                    service.inference,
                     manager,
                     route,
                     body,
@@ -318,10 +320,15 @@ def create_app(
     """The application; its ServingState is `app.state.serving`.
 
     `loader` defaults to TensorFlow's, warming versions up unless
-    --enable_model_warmup=false.
+    --enable_model_warmup=false, checking Classify/Regress signatures' method
+    names with --enable_signature_method_name_check.
     """
     if loader is None:
-        loader = functools.partial(tensorflow_loader, warmup=config.enable_model_warmup)
+        loader = functools.partial(
+            tensorflow_loader,
+            warmup=config.enable_model_warmup,
+            method_name_check=config.enable_signature_method_name_check,
+        )
     metrics = Metrics()
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)

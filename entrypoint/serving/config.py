@@ -111,6 +111,8 @@ class ServeConfig:
     grpc_socket_path: str | None = None
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
+    #: TF Serving's --enable_signature_method_name_check (Classify/Regress).
+    enable_signature_method_name_check: bool = False
     #: What that file asks for (no Prometheus page without one).
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     #: Things to tell the operator at start (flags that a config file overrides,
@@ -308,8 +310,8 @@ FLAGS: tuple[Flag, ...] = (
          why=_NO_TFLITE),
     Flag("num_tflite_pools", "", kind="noted", why=_NO_TFLITE),
     Flag("num_tflite_interpreters_per_pool", "", kind="noted", why=_NO_TFLITE),
-    Flag("enable_signature_method_name_check", "", kind="limited", boolean=True,
-         accepts=("false",), why="signatures' method names are not checked"),
+    Flag("enable_signature_method_name_check", "Classify and Regress only run signatures "
+         "whose method_name says classify or regress", boolean=True, default="false"),
     # --- loading
     Flag("num_load_threads", "versions load one at a time, on one thread", kind="limited",
          accepts=("0", "1"), why="loads are not parallel"),
@@ -680,5 +682,8 @@ def parse_config(
         monitoring=prometheus,
         grpc_socket_path=socket_path,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
+        enable_signature_method_name_check=values.get(
+            "enable_signature_method_name_check", _boolean, False
+        ),
         notes=(*notes, *model_notes),
     )

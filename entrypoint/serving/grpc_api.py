@@ -47,6 +47,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from tf_entrypoint.serving import monitoring
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import ServingState
 from tf_entrypoint.serving.lifecycle import Version
@@ -68,6 +69,12 @@ METHODS = (
     "GetModelStatus",
     "HandleReloadConfigRequest",
 )
+#: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
+_INFERENCE_METHODS = {
+    monitoring.API_GRPC_PREDICT: monitoring.RUNTIME_API_PREDICT,
+    monitoring.API_GRPC_CLASSIFY: monitoring.RUNTIME_API_CLASSIFY,
+    monitoring.API_GRPC_REGRESS: monitoring.RUNTIME_API_REGRESS,
+}
 #: Health service names TF Serving itself sets (model_servers/server.cc).
 TF_SERVING_SERVICES = ("PredictionService", "ModelService")
 #: How often model readiness is copied into the health service.
@@ -181,12 +188,17 @@ class _Handlers:
             raise
 
     def _observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
-        self.metrics.observe_grpc(
-            method, code, time.perf_counter() - started, self.state.model_label(route)
-        )
+        seconds = time.perf_counter() - started
+        model = self.state.model_label(route)
+        self.metrics.observe_grpc(method, code, seconds, model)
+        if method in _INFERENCE_METHODS:  # TF Serving counts these three only
+            self.metrics.request_done(model, method, monitoring.ENTRYPOINT_GRPC, code, seconds)
 
-    def observe_inference(self, route: p.Route, seconds: float) -> None:
-        self.metrics.inference.labels(self.state.model_label(route)).observe(seconds)
+    def observe_inference(self, method: str, route: p.Route, seconds: float) -> None:
+        """Seconds inside TensorFlow for one successful Predict, Classify or Regress."""
+        model = self.state.model_label(route)
+        self.metrics.inference.labels(model).observe(seconds)
+        self.metrics.runtime_done(model, _INFERENCE_METHODS[method], seconds)
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
@@ -210,7 +222,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer): 
             name, outputs = servable.predict_protos(
                 request.model_spec.signature_name, request.inputs, list(request.output_filter)
             )
-            self.h.observe_inference(route, time.perf_counter() - started)
+            self.h.observe_inference("Predict", route, time.perf_counter() - started)
             response = predict_pb2.PredictResponse()
             _model_spec(response.model_spec, route.model, version.number, name)
             for alias, tensor in outputs.items():
@@ -277,7 +289,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer): 
                 response = regression_pb2.RegressionResponse()
                 for value in values:
                     response.result.regressions.add(value=value)
-            self.h.observe_inference(route, time.perf_counter() - started)
+            method = "Classify" if kind == "classify" else "Regress"
+            self.h.observe_inference(method, route, time.perf_counter() - started)
             _model_spec(response.model_spec, route.model, version.number, name)
         return response
 
@@ -386,9 +399,8 @@ class GrpcServer:
         found = []
         if config.grpc_port:
             found.append(f"{config.host}:{config.grpc_port}")
-        socket_path = getattr(config, "grpc_socket_path", None)
-        if socket_path:
-            found.append(f"unix:{socket_path}")
+        if config.grpc_socket_path:
+            found.append(f"unix:{config.grpc_socket_path}")
         return found
 
     def start(self) -> None:

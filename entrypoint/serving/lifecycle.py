@@ -77,6 +77,27 @@ class Servable(Protocol):
         """
         ...
 
+    def classify(
+        self, signature_name: str, examples: Sequence[bytes]
+    ) -> list[list[tuple[bytes, float]]]:
+        """Run a classification signature on serialized tf.Example protos (TF Serving's Classify).
+
+        `signature_name` "" means serving_default. Per example, its (class
+        label, score) pairs: label b"" when the signature has no "classes"
+        output, score 0.0 when it has no "scores". Raises ApiError with TF
+        Serving's message (400 INVALID_ARGUMENT) for a signature that cannot
+        classify, no examples ("Input is empty."), an example the model
+        cannot parse, or outputs of the wrong dtype or shape.
+        """
+        ...
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        """Run a regression signature on serialized tf.Example protos (TF Serving's Regress).
+
+        One value per example; errors as :meth:`classify`.
+        """
+        ...
+
 
 #: Loads one version directory (and warms it up).
 Loader = Callable[[Path, int], Servable]

@@ -18,6 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -107,7 +108,10 @@ def _spec(info: Any) -> p.TensorSpec:
 
 def read_signatures(directory: Path) -> dict[str, p.Signature]:
     """Every SignatureDef of the 'serve' MetaGraph, as the metadata shows them."""
-    graph = _read_meta_graph(directory)
+    return _signatures(_read_meta_graph(directory))
+
+
+def _signatures(graph: Any) -> dict[str, p.Signature]:
     return {
         name: p.Signature(
             inputs={key: _spec(info) for key, info in sig.inputs.items()},
@@ -217,19 +221,48 @@ def _as_proto_field(name: str, value: Any) -> Any:
     return proto
 
 
+def _output(outputs: Mapping[str, Any], key: str) -> p.Tensor | None:
+    """A classify/regress output; an unexpected dtype keeps only dtype and shape for the check."""
+    value = outputs.get(key)
+    if value is None:
+        return None
+    dtype = _dtype_name(value.dtype.as_datatype_enum)
+    if dtype not in _FLOATS | _PLAIN:
+        return p.Tensor(dtype, tuple(int(d) for d in value.shape), [])
+    return _from_tf(key, value)
+
+
 _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(_FLOATS, 0.0)}
+
+
+def _unparsable(examples: Sequence[bytes]) -> str:
+    from tensorflow.core.example import example_pb2  # noqa: PLC0415
+
+    for index, serialized in enumerate(examples):
+        try:
+            example_pb2.Example.FromString(serialized)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError, or worse
+            return (
+                f"Could not parse example input, value: {repr(serialized)[: p.MAX_QUOTED]} "
+                f"(example {index})"
+            )
+    return "Could not parse example input"
 
 
 class TensorFlowServable:
     """One version of a SavedModel, loaded and ready to run."""
 
-    def __init__(self, directory: Path, version: int) -> None:
+    def __init__(self, directory: Path, version: int, *, method_name_check: bool = False) -> None:
         self._directory = directory
         self._version = version
         self._warmup_records = 0
         #: Seconds spent replaying the warm-up file; None when there is none.
         self.warmup_seconds: float | None = None
-        self._signatures = read_signatures(directory)
+        self._method_name_check = method_name_check
+        graph = _read_meta_graph(directory)
+        self._signatures = _signatures(graph)
+        #: Each SignatureDef's text (C++ DebugString), quoted by TF Serving's errors.
+        self._signature_texts = {name: str(sig) for name, sig in graph.signature_def.items()}
         loaded = tf.saved_model.load(str(directory), tags=[SERVE_TAG])
         self._loaded = loaded  # keeps the functions' variables alive
         self._functions: dict[str, Any] = dict(loaded.signatures)
@@ -260,7 +293,8 @@ class TensorFlowServable:
             results = function(**arguments)
         except tf.errors.OpError as err:
             status = _HTTP_STATUS.get(int(err.error_code), 500)
-            raise p.ApiError(status, str(err.message)[:MAX_ERROR_MESSAGE]) from None
+            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
+            raise p.ApiError(status, message) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
         if not isinstance(results, Mapping):
@@ -324,6 +358,54 @@ class TensorFlowServable:
         wanted = list(output_filter) or sorted(results)
         return name, {alias: _as_proto_field(alias, results[alias]) for alias in wanted}
 
+    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
+        name = ex.find_signature(signature_name, self._signatures)
+        ex.check_classification_signature(
+            self._signatures[name],
+            self._signature_texts[name],
+            method_name_check=self._method_name_check,
+        )
+        outputs = self._run_examples(name, examples)
+        return ex.classification_result(
+            len(examples), _output(outputs, ex.CLASSES), _output(outputs, ex.SCORES)
+        )
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        name = ex.find_signature(signature_name, self._signatures)
+        ex.check_regression_signature(
+            self._signatures[name],
+            self._signature_texts[name],
+            method_name_check=self._method_name_check,
+        )
+        outputs = self._run_examples(name, examples)
+        output = _output(outputs, ex.OUTPUTS)
+        if output is None:  # the function lost an output its SignatureDef declares
+            raise p.bad_request(f"Could not find output tensor '{ex.OUTPUTS}'")
+        return ex.regression_result(len(examples), output)
+
+    def _run_examples(self, name: str, examples: Sequence[bytes]) -> Mapping[str, Any]:
+        """Feed the serialized examples to the signature's one DT_STRING input."""
+        ex.check_examples(examples)
+        function = self._functions.get(name)
+        if function is None:
+            raise p.bad_request(f"No signature was found with the name: {name}")
+        try:
+            results = function(**{ex.INPUTS: tf.constant(list(examples), dtype=tf.string)})
+        except UnicodeDecodeError:
+            # TensorFlow quotes an unparsable example in its message, and its
+            # bytes are not UTF-8 text: say which example, as TF Serving's text would.
+            raise p.bad_request(_unparsable(examples)) from None
+        except tf.errors.OpError as err:
+            status = _HTTP_STATUS.get(int(err.error_code), 500)
+            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
+            raise p.ApiError(status, message) from None
+        except (TypeError, ValueError) as err:
+            raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
+        if not isinstance(results, Mapping):
+            return {"output_0": results}
+        outputs: Mapping[str, Any] = results
+        return outputs
+
     def warm_up(self) -> None:
         """Replay the export's warm-up records, as TF Serving does; else run zeros once.
 
@@ -354,8 +436,12 @@ class TensorFlowServable:
             except Exception as err:
                 raise ValueError(f"Failed to parse warmup record {index} from {path}") from err
             kind = log_entry.WhichOneof("log_type")
+            if kind in ("classify_log", "regress_log"):
+                self._replay_examples(index, path, log_entry)
+                replayed += 1
+                continue
             if kind != "predict_log":
-                # Classify/Regress/MultiInference are not served (yet): nothing to warm.
+                # MultiInference is not served: nothing to warm.
                 skipped += 1
                 continue
             request = log_entry.predict_log.request
@@ -375,12 +461,28 @@ class TensorFlowServable:
             replayed += 1
         if skipped:
             log.warning(
-                "%s: %d warm-up record(s) for classify/regress/multi_inference skipped "
-                "(only predict is served)",
+                "%s: %d warm-up record(s) for multi_inference skipped "
+                "(predict, classify and regress are served)",
                 path,
                 skipped,
             )
         return replayed
+
+    def _replay_examples(self, index: int, path: Path, log_entry: Any) -> None:
+        """One classify_log or regress_log warm-up record."""
+        try:
+            if log_entry.HasField("classify_log"):
+                request = log_entry.classify_log.request
+                self.classify(
+                    request.model_spec.signature_name, ex.serialized_examples(request.input)
+                )
+            else:
+                request = log_entry.regress_log.request
+                self.regress(
+                    request.model_spec.signature_name, ex.serialized_examples(request.input)
+                )
+        except p.ApiError as err:
+            raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 
     def _warm_up_with_zeros(self) -> None:
         """Run each predict signature once on zeros."""
@@ -404,9 +506,15 @@ class TensorFlowServable:
                     log.info("warm-up of signature %r skipped: %s", name, err.message)
 
 
-def load(directory: Path, version: int, *, warmup: bool = True) -> TensorFlowServable:
-    """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false)."""
-    servable = TensorFlowServable(directory, version)
+def load(
+    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+) -> TensorFlowServable:
+    """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
+
+    `method_name_check`: TF Serving's --enable_signature_method_name_check
+    (classify/regress then need the signature's method_name to say so).
+    """
+    servable = TensorFlowServable(directory, version, method_name_check=method_name_check)
     if warmup:
         servable.warm_up()
     return servable

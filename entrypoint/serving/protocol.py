@@ -609,6 +609,29 @@ def predict_response(
     return {"predictions": [{name: nested[name][row] for name in names} for row in range(batch)]}
 
 
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]\s*$")
+
+
+def tensorflow_error_message(text: str, limit: int = 2000) -> str:
+    """A TensorFlow op error as TF Serving would pass it on, cut to `limit` characters.
+
+    Eager TensorFlow puts "Graph execution error:" and the Python frames that
+    built the failing node before the kernel's message, and "[Op:...]" after
+    it; TF Serving's clients see only the kernel's message (e.g. "Name:
+    <unknown>, Feature: x (data type: float) is required but could not be
+    found.").
+    """
+    kept = [
+        part
+        for part in text.split("\n\n")
+        if part != "Graph execution error:"
+        and not part.startswith("Detected at node ")
+        and not part.startswith("  File ")
+    ]
+    message = _OP_SUFFIX.sub("", "\n\n".join(kept)).strip() or text
+    return message[:limit]
+
+
 def error_body(message: str) -> dict[str, str]:
     return {"error": message}
 

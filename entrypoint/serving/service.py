@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.lifecycle import Manager
 
@@ -50,6 +51,18 @@ def metadata(manager: Manager, route: p.Route) -> Answer:
         return error_answer(err)
 
 
+def inference(
+    manager: Manager,
+    route: p.Route,
+    body: bytes,
+    observe_inference: Callable[[float], None] = lambda _: None,
+) -> Answer:
+    """POST ...:predict, :classify or :regress (by route.kind). Blocking: run it on a worker."""
+    if route.kind in ("classify", "regress"):
+        return classify_or_regress(manager, route, body, observe_inference)
+    return predict(manager, route, body, observe_inference)
+
+
 def predict(
     manager: Manager,
     route: p.Route,
@@ -64,10 +77,7 @@ def predict(
     """
     try:
         if route.kind != "predict":
-            raise p.bad_request(
-                f"{route.kind} is not supported by this server; use :predict "
-                f"(POST /v1/models/{route.model}:predict)"
-            )
+            raise p.bad_request(f"{route.kind} is not a predict request")
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
@@ -76,5 +86,38 @@ def predict(
             outputs = servable.predict(request.signature_name, request.inputs)
             observe_inference(time.perf_counter() - started)
         return answer(200, p.predict_response(request.format, outputs))
+    except p.ApiError as err:
+        return error_answer(err)
+
+
+def classify_or_regress(
+    manager: Manager,
+    route: p.Route,
+    body: bytes,
+    observe_inference: Callable[[float], None] = lambda _: None,
+) -> Answer:
+    """POST /v1/models/NAME[/versions/N|/labels/L]:classify or :regress. Blocking.
+
+    The body is read before a version is leased, as TF Serving does (a bad
+    body is a 400 whichever version would have run it).
+    """
+    try:
+        if route.kind not in ("classify", "regress"):
+            raise p.bad_request(f"{route.kind} is not a classify or regress request")
+        request = ex.parse_examples_request(body)
+        with manager.lease(route) as version:
+            servable = version.servable
+            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+            started = time.perf_counter()
+            if route.kind == "classify":
+                result = ex.classify_response(
+                    servable.classify(request.signature_name, request.examples)
+                )
+            else:
+                result = ex.regress_response(
+                    servable.regress(request.signature_name, request.examples)
+                )
+            observe_inference(time.perf_counter() - started)
+        return answer(200, result)
     except p.ApiError as err:
         return error_answer(err)

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests.unit import example_protos
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import InferencePool, create_app
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
@@ -21,6 +23,9 @@ from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.service import Answer
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
+STR = p.TensorSpec("DT_STRING", (-1,))
+F32_2D = p.TensorSpec("DT_FLOAT", (-1, 2))
+STR_2D = p.TensorSpec("DT_STRING", (-1, 2))
 
 
 class HalfPlusTwo:
@@ -32,6 +37,10 @@ class HalfPlusTwo:
         "serving_default": p.Signature({"x": F32}, {"y": F32}),
         "two_inputs": p.Signature({"x": F32, "scale": F32}, {"y": F32, "scaled": F32}),
         "broken": p.Signature({"x": F32}, {"y": F32}),
+        "classify": p.Signature(
+            {"inputs": STR}, {"classes": STR_2D, "scores": F32_2D}, ex.CLASSIFY_METHOD
+        ),
+        "regress": p.Signature({"inputs": STR}, {"outputs": F32}, ex.REGRESS_METHOD),
     }
 
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
@@ -51,6 +60,33 @@ class HalfPlusTwo:
         # TensorProtos need TensorFlow's protos, which the host has not: the
         # container tests (tests/container/test_grpc.py) cover gRPC.
         raise p.ApiError(501, "gRPC is not served by this fake")
+
+    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
+        """Per example ("half", x / 2) and ("plus_two", x + 2), from float feature "x"."""
+        name = ex.find_signature(signature_name, self.signatures)
+        ex.check_classification_signature(self.signatures[name], name)
+        ex.check_examples(examples)
+        xs = [self._x(example) for example in examples]
+        shape = (len(xs), 2)
+        classes = p.Tensor("DT_STRING", shape, [b"half", b"plus_two"] * len(xs))
+        scores = p.Tensor("DT_FLOAT", shape, [v for x in xs for v in (0.5 * x, x + 2)])
+        return ex.classification_result(len(xs), classes, scores)
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        """0.5 x + 2 per example."""
+        name = ex.find_signature(signature_name, self.signatures)
+        ex.check_regression_signature(self.signatures[name], name)
+        ex.check_examples(examples)
+        values = [0.5 * self._x(example) + 2 for example in examples]
+        return ex.regression_result(len(values), p.Tensor("DT_FLOAT", (len(values),), values))
+
+    @staticmethod
+    def _x(serialized: bytes) -> float:
+        kind, values = example_protos.features(serialized).get("x", (None, []))
+        if kind != "float_list" or len(values) != 1:
+            raise p.bad_request("Feature: x (data type: float) is required but could not be found.")
+        x: float = values[0]
+        return x
 
 
 def config(tmp_path: Path, *args: str) -> ServeConfig:
@@ -124,6 +160,8 @@ def test_metadata(client: TestClient) -> None:
         "serving_default",
         "two_inputs",
         "broken",
+        "classify",
+        "regress",
     }
     assert client.get("/v1/models/model/versions/1/metadata").json() == body
 
@@ -146,7 +184,15 @@ def test_metadata(client: TestClient) -> None:
         ("POST", "/v1/models/model:predict", b"{", 400, "JSON Parse error"),
         ("POST", "/v1/models/model:predict", b"", 400, "The document is empty"),
         ("POST", "/v1/models/model:predict", b"{}", 400, "Missing 'inputs' or 'instances'"),
-        ("POST", "/v1/models/model:classify", b"{}", 400, "classify is not supported"),
+        ("POST", "/v1/models/model:classify", b"{}", 400, "key 'examples' is expected"),
+        ("POST", "/v1/models/other:regress", b"{}", 404, "Latest(other)"),
+        (
+            "POST",
+            "/v1/models/model:classify",
+            b'{"examples":[{"x":1.0}]}',
+            400,
+            "No classification inputs found in SignatureDef: serving_default",
+        ),
         ("POST", "/v1/models/model:predict", b'{"instances":["a"]}', 400, "expected type: float"),
         (
             "POST",
@@ -431,3 +477,55 @@ def test_serving_is_never_imported_by_the_entrypoint() -> None:
             else:
                 continue
             assert not any(n.startswith("tf_entrypoint.serving") for n in names), path
+
+
+def test_classify(client: TestClient) -> None:
+    body = {"signature_name": "classify", "examples": [{"x": 1.0}, {"x": -4.0}]}
+    response = client.post("/v1/models/model:classify", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "results": [
+            [["half", 0.5], ["plus_two", 3.0]],
+            [["half", -2.0], ["plus_two", -2.0]],
+        ]
+    }
+
+
+def test_regress_with_context_and_version(client: TestClient) -> None:
+    body = {"signature_name": "regress", "context": {"x": 2.0}, "examples": [{}, {"x": 6.0}]}
+    response = client.post("/v1/models/model/versions/1:regress", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"results": [3.0, 5.0]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (
+            "/v1/models/model:regress",
+            {"signature_name": "classify", "examples": [{"x": 1.0}]},
+            "Expected one output Tensor.",
+        ),
+        (
+            "/v1/models/model:classify",
+            {"signature_name": "nope", "examples": [{"x": 1.0}]},
+            "No signature was found with the name: nope",
+        ),
+        (
+            "/v1/models/model:classify",
+            {"signature_name": "classify", "examples": [{"y": 1.0}]},
+            "Feature: x (data type: float) is required",
+        ),
+        (
+            "/v1/models/model:classify",
+            {"signature_name": "classify", "examples": [{"x": [1.0, 2]}]},
+            "Unexpected element type in feature: x expecting type: float",
+        ),
+    ],
+)
+def test_classify_and_regress_errors(
+    client: TestClient, path: str, body: object, message: str
+) -> None:
+    response = client.post(path, json=body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]

@@ -253,12 +253,16 @@ def test_the_readme_table_is_the_codes_table() -> None:
     assert README[start : README.index("\n\n", start)] == table
 
 
-def test_warm_up_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[Path, int, bool]] = []
+def test_warm_up_and_the_method_name_check_reach_the_loader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Path, int, bool, bool]] = []
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
-    def load(directory: Path, version: int, *, warmup: bool = True) -> object:
-        calls.append((directory, version, warmup))
+    def load(
+        directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+    ) -> object:
+        calls.append((directory, version, warmup, method_name_check))
         return object()
 
     fake.load = load  # type: ignore[attr-defined]
@@ -266,10 +270,14 @@ def test_warm_up_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     import tf_entrypoint.serving as package  # noqa: PLC0415
 
     monkeypatch.setattr(package, "model", fake, raising=False)
-    for argv, warmup in (([], True), (["--enable_model_warmup=false"], False)):
+    for argv, warmup, check in (
+        ([], True, False),
+        (["--enable_model_warmup=false"], False, False),
+        (["--enable_signature_method_name_check"], True, True),
+    ):
         conf = parse(f"--model_base_path={tmp_path}", *argv)
         application = serving_app.create_app(conf)
         loader = application.state.serving.manager._loader
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
-        assert calls[-1] == (tmp_path, 1, warmup)
+        assert calls[-1] == (tmp_path, 1, warmup, check)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
 from tf_entrypoint.serving.metrics import Metrics
@@ -46,6 +47,12 @@ class Fake:
         # TensorProtos need TensorFlow's protos, which the host has not: the
         # container tests (tests/container/test_grpc.py) cover gRPC.
         raise p.ApiError(501, "gRPC is not served by this fake")
+
+    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
+        return [[(b"version", float(self.version))] for _ in examples]
+
+    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
+        return [float(self.version)] * len(examples)
 
 
 class Loader:
