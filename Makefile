@@ -63,7 +63,7 @@ $(SECURITY_VENV)/bin/checkov: requirements/security.lock
 	@touch $@
 
 .PHONY: security
-security: venv $(SECURITY_VENV)/bin/checkov ## validate deploy/kubernetes: Kubernetes schemas, restricted PSS, checkov
+security: venv $(SECURITY_VENV)/bin/checkov ## validate deploy/kubernetes and deploy/kserve: Kubernetes and KServe schemas, restricted PSS, checkov
 	$(BIN)/pytest -m "not container" tests/deploy $(PYTEST_ARGS)
 
 .PHONY: test

@@ -1,5 +1,7 @@
 """The static security scan: checkov on every rendered manifest, with justified skips only.
 
+deploy/kserve's predictor pod is scanned too, as a Deployment (see kserve_predictor).
+
 checkov lives in its own venv (requirements/security.lock, `.venv-security`,
 built by `make security`), or wherever $CHECKOV points. Without it this test
 is skipped on a developer's machine and fails in CI (CI=true), so a missing
@@ -13,11 +15,13 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.deploy.kustomize import DEPLOY, REPO, pod_templates, render_all
+from tests.deploy.kserve import ISVC_POD_LABEL, KSERVE, predictor_pod
+from tests.deploy.kustomize import DEPLOY, REPO, pod_templates, render, render_all
 
 CONFIG = DEPLOY / "checkov.yaml"
 
@@ -56,6 +60,32 @@ def write_rendered(directory: Path) -> None:
         ]
         path = directory / f"{name.replace('/', '-')}.yaml"
         path.write_text(yaml.safe_dump_all([*docs, *jobs], sort_keys=False))
+    kserve = [d for d in render(KSERVE) if d["kind"] == "NetworkPolicy"]
+    (directory / "kserve.yaml").write_text(
+        yaml.safe_dump_all([*kserve, kserve_predictor()], sort_keys=False)
+    )
+
+
+def kserve_predictor() -> dict[str, Any]:
+    """deploy/kserve's predictor pod (the runtime's container with the InferenceService's
+    fields), as the Deployment KServe's Standard mode makes of it; checkov knows
+    neither ServingRuntime nor InferenceService."""
+    docs = render(KSERVE)
+    (runtime,) = [d for d in docs if d["kind"] == "ServingRuntime"]
+    (isvc,) = [d for d in docs if d["kind"] == "InferenceService"]
+    labels = {ISVC_POD_LABEL: isvc["metadata"]["name"]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": f"{isvc['metadata']['name']}-predictor",
+            "namespace": isvc["metadata"]["namespace"],
+        },
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": predictor_pod(runtime, isvc)},
+        },
+    }
 
 
 def test_checkov_passes(tmp_path: Path) -> None:
@@ -80,7 +110,13 @@ def test_checkov_passes(tmp_path: Path) -> None:
     assert failed == [], "\n".join(failed)
     assert passed > 100, "checkov checked next to nothing"
     scanned = {Path(c["file_path"]).name for r in reports for c in r["results"]["passed_checks"]}
-    assert {"tfjob.yaml", "base.yaml", "training.yaml", "overlays-gpu.yaml"} <= scanned
+    assert {
+        "tfjob.yaml",
+        "base.yaml",
+        "training.yaml",
+        "overlays-gpu.yaml",
+        "kserve.yaml",
+    } <= scanned
     assert result.returncode == 0, result.stderr[-4000:]
 
 

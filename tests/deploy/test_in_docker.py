@@ -9,7 +9,9 @@ millicores, the args, the ports, the model volume (a named volume for the
 claim, read-only where the manifest says so) and the demo ConfigMap (its
 rendered files, mounted read-only). Docker's default seccomp profile is the
 runtime default, as RuntimeDefault asks. Not reproducible here: probes are
-run by the test instead of a kubelet, and the preStop hook is not run.
+run by the test instead of a kubelet (as the kubelet runs them: an HTTP GET
+that must answer 2xx/3xx, a gRPC health check that must answer SERVING), and
+the preStop hook is not run.
 
 The training Job trains into the volume, then the serving Deployment's pod
 serves it: its probe endpoints answer, a predict gives y = 0.5 x + 2, and a
@@ -29,9 +31,11 @@ from typing import Any
 
 import docker
 import docker.errors
+import grpc
 import httpx2
 import pytest
 from docker.models.containers import Container
+from grpc_health.v1 import health_pb2
 
 from tests.container.dockerkit import Containers, build_image, remove, wait
 from tests.deploy.kustomize import (
@@ -166,22 +170,53 @@ def server(
     container = containers.start(args, **options)
     try:
         container.reload()
-        (port,) = DEPLOYMENT.container("server")["ports"]
-        published = container.ports[f"{port['containerPort']}/tcp"]
-        assert published, f"port {port['containerPort']} is not published"
-        host_port = published[0]["HostPort"]
-        url = f"http://127.0.0.1:{host_port}"
-        readiness = DEPLOYMENT.container("server")["readinessProbe"]["httpGet"]["path"]
+        readiness = DEPLOYMENT.container("server")["readinessProbe"]
         deadline = time.monotonic() + READY_TIMEOUT
-        while status(url, readiness) != 200:
+        while not probe(container, readiness):
             container.reload()
             logs = container.logs().decode(errors="replace")
             assert container.status == "running", f"server exited:\n{logs[-4000:]}"
             assert time.monotonic() < deadline, f"not ready in {READY_TIMEOUT} s:\n{logs[-4000:]}"
             time.sleep(0.5)
-        yield container, url
+        yield container, f"http://127.0.0.1:{published(container, 'http')}"
     finally:
         remove(container)
+
+
+def published(container: Container, port: str | int) -> int:
+    """The host port Docker published for the server's container port (by name or number)."""
+    declared = DEPLOYMENT.container("server")["ports"]
+    (number,) = [p["containerPort"] for p in declared if port in (p["name"], p["containerPort"])]
+    found = container.ports.get(f"{number}/tcp")
+    assert found, f"port {number} is not published"
+    return int(found[0]["HostPort"])
+
+
+def probe(container: Container, spec: Doc) -> bool:
+    """One run of a probe from the manifest, judged as the kubelet judges it."""
+    if "httpGet" in spec:
+        port = published(container, spec["httpGet"]["port"])
+        code = status(f"http://127.0.0.1:{port}", spec["httpGet"]["path"])
+        return code is not None and 200 <= code < 400
+    if "grpc" in spec:
+        port = published(container, spec["grpc"]["port"])
+        return health(port, spec["grpc"].get("service", "")) == "SERVING"
+    raise AssertionError(f"probe {sorted(spec)} is not reproduced")
+
+
+def health(port: int, service: str) -> str | None:
+    """grpc.health.v1.Health/Check's status name, or None when it does not answer."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString,
+        )
+        try:
+            reply = check(health_pb2.HealthCheckRequest(service=service), timeout=3)
+        except grpc.RpcError:
+            return None
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
 def status(url: str, path: str) -> int | None:
@@ -196,11 +231,20 @@ def test_trainer_got_the_cpu_limit(trained: str) -> None:
     assert f"threads intra {cpus} / inter {cpus}" in trained, trained
 
 
-def test_probe_endpoints_answer(server: tuple[Container, str]) -> None:
-    _, url = server
+def test_probes_pass(server: tuple[Container, str]) -> None:
+    container, _ = server
     spec = DEPLOYMENT.container("server")
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert status(url, spec[probe]["httpGet"]["path"]) == 200, probe
+    for name in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert probe(container, spec[name]), name
+
+
+def test_grpc_health_of_the_model(server: tuple[Container, str]) -> None:
+    """Each model is a health service of its own; an unknown one is not SERVING."""
+    container, _ = server
+    port = published(container, "grpc")
+    model = environment(DEPLOYMENT, DEPLOYMENT.container("server"))["MODEL_NAME"]
+    assert health(port, model) == "SERVING"
+    assert health(port, "no-such-model") != "SERVING"
 
 
 def test_predict(server: tuple[Container, str]) -> None:

@@ -33,6 +33,7 @@ from tests.deploy.kustomize import (
     render_all,
     split_image,
 )
+from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.settings import CPU_LIMIT_MILLICORES
 from tf_entrypoint.tfconfig import check_tf_config
 
@@ -372,24 +373,64 @@ def server_env(template: PodTemplate) -> dict[str, str]:
     return environment(template, template.container("server"))
 
 
+def server_config(template: PodTemplate) -> ServeConfig:
+    """What the server makes of the container's args and env, parsed by its own parser."""
+    server = template.container("server")
+    args = server["args"]
+    assert args[0] == "serve", args
+    return parse_config(args[1:], server_env(template), budget=PlannedCpus(1, "test"))
+
+
+def container_ports(template: PodTemplate) -> dict[str, int]:
+    server = template.container("server")
+    assert all(p["protocol"] == "TCP" for p in server["ports"])
+    return {p["name"]: p["containerPort"] for p in server["ports"]}
+
+
+@pytest.mark.parametrize(("name", "template"), servers(), ids=[n for n, _ in servers()])
+def test_ports_are_the_servers(name: str, template: PodTemplate) -> None:
+    """The declared ports are the ones the server listens on: gRPC and REST."""
+    config = server_config(template)
+    assert container_ports(template) == {"grpc": config.grpc_port, "http": config.rest_port}
+    assert (config.grpc_port, config.rest_port) == (8500, 8501)  # TF Serving's
+
+
 @pytest.mark.parametrize(("name", "template"), servers(), ids=[n for n, _ in servers()])
 def test_probes_use_the_server_endpoints(name: str, template: PodTemplate) -> None:
     server = template.container("server")
-    (port,) = server["ports"]
-    assert (port["name"], port["containerPort"]) == ("http", 8501)
-    paths = {
+    ports = container_ports(template)
+    http = {
         probe: (server[probe]["httpGet"]["path"], server[probe]["httpGet"]["port"])
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe")
+        for probe in ("startupProbe", "livenessProbe")
     }
-    assert paths == {
-        "startupProbe": ("/healthz", "http"),
-        "livenessProbe": ("/healthz", "http"),
-        "readinessProbe": ("/readyz", "http"),
-    }
+    assert http == {"startupProbe": ("/healthz", "http"), "livenessProbe": ("/healthz", "http")}
+    # Readiness: gRPC health checking, service "" (every model serves a version,
+    # not draining). A gRPC probe takes a port number, not a name.
+    readiness = server["readinessProbe"]
+    assert set(readiness) & {"httpGet", "tcpSocket", "exec", "grpc"} == {"grpc"}
+    assert readiness["grpc"] == {"port": ports["grpc"], "service": ""}
     startup = server["startupProbe"]
     # Long enough for TensorFlow's import on one throttled CPU; the model
-    # itself is waited for by /readyz, not by the startup probe.
+    # itself is waited for by readiness, not by the startup probe.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60
+
+
+@pytest.mark.parametrize(("name", "template"), servers(), ids=[n for n, _ in servers()])
+def test_service_and_network_policy_expose_both_ports(name: str, template: PodTemplate) -> None:
+    ports = container_ports(template)
+    (service,) = [d for d in RENDERED[name] if d["kind"] == "Service"]
+    assert service["spec"]["selector"].items() <= template.template["metadata"]["labels"].items()
+    exposed = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert exposed == {"grpc": (8500, "grpc"), "http": (8501, "http")}
+    # Istio reads the protocol from the port name (<protocol>[-suffix]) or appProtocol.
+    protocols = {p["name"]: p.get("appProtocol") for p in service["spec"]["ports"]}
+    assert protocols == {"grpc": "kubernetes.io/h2c", "http": "http"}
+    (policy,) = [d for d in RENDERED[name] if d["kind"] == "NetworkPolicy"]
+    admitted = {
+        (p["port"], p["protocol"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]
+    }
+    assert admitted == {(port, "TCP") for port in ports}
+    assert policy["spec"]["egress"] == []
 
 
 @pytest.mark.parametrize(("name", "template"), servers(), ids=[n for n, _ in servers()])
@@ -410,9 +451,8 @@ def test_server_reads_the_model_volume_read_only(name: str, template: PodTemplat
     assert models["readOnly"] is True
     env = server_env(template)
     assert (env["MODEL_BASE_PATH"], env["MODEL_NAME"]) == ("/models", "model")
-    (service,) = [d for d in RENDERED[name] if d["kind"] == "Service"]
-    assert service["spec"]["selector"].items() <= template.template["metadata"]["labels"].items()
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    ((model, path),) = [(m.name, m.base_path) for m in server_config(template).models.models]
+    assert (model, str(path)) == ("model", "/models/model")
 
 
 def test_gpu_overlay() -> None:
