@@ -24,9 +24,13 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove, wait
+from tests.container.test_classify_regress import export_classify_regress, f32
 
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
+#: Loop steps of slow/1 for a call that stays in flight about 5 s under --cpus 1
+#: (measured: about 6 microseconds a step on the 2-core CI machines).
+SLOW_STEPS = 800_000
 CONFIG = """
 model_config_list {
   config { name: "plus" base_path: "/models/plus"
@@ -34,6 +38,7 @@ model_config_list {
            version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
   config { name: "dtypes" base_path: "/models/dtypes" }
   config { name: "slow" base_path: "/models/slow" }
+  config { name: "examples" base_path: "/models/examples" }
 }
 """
 
@@ -80,6 +85,7 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
     ):
         ran = containers.run(command, volumes=volumes, timeout=300)
         assert ran.exit_code == 0, ran.stderr
+    export_classify_regress(containers, root)
     (root / "models.config").write_text(CONFIG)
     return root
 
@@ -204,6 +210,32 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
     assert "Traceback" not in server.logs()
 
 
+def test_classify_and_regress(server: Server) -> None:
+    examples = [{"x": [0.1], "y": [0.2]}, {"x": [1.5], "y": [3.0]}]
+    classify, regress, on_predict, empty = server.grpc(
+        {"op": "classify", "model": "examples", "signature": "classify", "examples": examples},
+        {"op": "regress", "model": "examples", "signature": "regress", "examples": examples},
+        {"op": "classify", "model": "plus", "examples": examples},
+        {"op": "regress", "model": "examples", "signature": "regress", "examples": []},
+    )
+    pairs = [(f32(x[0]), f32(y[0])) for x, y in (e.values() for e in examples)]
+    got = [
+        [(c.get("label"), f32(c["score"])) for c in row["classes"]]
+        for row in classify["response"]["result"]["classifications"]
+    ]
+    assert got == [[("sum", f32(x + y)), ("difference", f32(x - y))] for x, y in pairs]
+    assert classify["response"]["model_spec"] == {
+        "name": "examples", "version": "1", "signature_name": "classify"
+    }  # fmt: skip
+    values = [f32(r["value"]) for r in regress["response"]["result"]["regressions"]]
+    assert values == [f32(f32(2 * x + y) + 1) for x, y in pairs]
+    # TF Serving's answers: a predict signature has no classification input;
+    # no examples at all.
+    assert on_predict["code"] == "INVALID_ARGUMENT"
+    assert on_predict["message"].startswith("No classification inputs found in SignatureDef")
+    assert (empty["code"], empty["message"]) == ("INVALID_ARGUMENT", "Input is empty.")
+
+
 def test_every_dtype_round_trips(server: Server) -> None:
     (result,) = server.grpc({"op": "dtypes", "model": "dtypes"})
     for form in ("tensor_content", "typed_fields"):
@@ -236,9 +268,12 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
         containers, library, "--model_config_file=/models/models.config",
         "--workers", "1", "--max-queue", "1", "--request-timeout", "1",
     ) as server:  # fmt: skip
-        forever = {"values": 10**10, "dtype": "int64"}
-        slow = {"op": "predict", "model": "slow", "inputs": {"x": x_tensor(1.0), "n": forever}}
-        crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}}] * 8
+        # About 2.4 s of counting under --cpus 1: past the 1 s timeout, and the
+        # one worker stays busy after it (TensorFlow cannot stop a running call).
+        steps = {"values": SLOW_STEPS // 2, "dtype": "int64"}
+        slow = {"op": "predict", "model": "slow", "inputs": {"x": x_tensor(1.0), "n": steps}}
+        crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)},
+                  "after": 0.3}] * 8  # fmt: skip
         (together,) = server.grpc({"op": "parallel", "ops": [slow, *crowd]})
         short = {**slow, "timeout": 0.5}
         (deadline,) = server.grpc(short)
@@ -252,10 +287,6 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
     refused = next(r for r in rest if r["code"] == "RESOURCE_EXHAUSTED")
     assert refused["message"].startswith("Server is at capacity")
     assert deadline["code"] == "DEADLINE_EXCEEDED"
-
-
-#: Loop steps of slow/1 for a call that stays in flight a few seconds under --cpus 1.
-SLOW_STEPS = 3_000_000
 
 
 def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
