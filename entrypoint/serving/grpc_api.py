@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -81,6 +81,7 @@ TF_SERVING_SERVICES = ("PredictionService", "ModelService")
 HEALTH_EVERY = 0.2
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 _STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
 
 
@@ -375,6 +376,52 @@ def _model_spec(spec: Any, name: str, version: int, signature_name: str) -> None
     spec.signature_name = signature_name
 
 
+class Health(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1.Health whose Watch streams end at the drain.
+
+    grpcio-health-checking's servicer turns every service NOT_SERVING on
+    graceful shutdown but keeps Watch streams open, so a server stop would
+    wait its whole grace period for them; here each watcher gets the final
+    NOT_SERVING and then its stream ends, and only real calls hold the drain.
+    """
+
+    def __init__(self) -> None:
+        self._status: dict[str, int] = {}
+        self._changed = asyncio.Condition()
+        self._closed = False
+
+    async def set(self, service: str, status: int) -> None:
+        async with self._changed:
+            if not self._closed and self._status.get(service) != status:
+                self._status[service] = status
+                self._changed.notify_all()
+
+    async def close(self) -> None:
+        """Every service NOT_SERVING, for good; Watch streams end after saying so."""
+        async with self._changed:
+            self._status = dict.fromkeys(self._status, _NOT_SERVING)
+            self._closed = True
+            self._changed.notify_all()
+
+    async def Check(self, request: Any, context: Context) -> Any:
+        status = self._status.get(request.service)
+        if status is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(self, request: Any, context: Context) -> None:
+        last = None
+        async with self._changed:
+            while True:
+                status = self._status.get(request.service, _SERVICE_UNKNOWN)
+                if status != last:
+                    await context.write(health_pb2.HealthCheckResponse(status=status))
+                    last = status
+                if self._closed:
+                    return
+                await self._changed.wait()
+
+
 class GrpcServer:
     """The gRPC server on its own thread and event loop.
 
@@ -385,7 +432,7 @@ class GrpcServer:
 
     def __init__(self, state: ServingState) -> None:
         self.state = state
-        self.health = health.aio.HealthServicer()
+        self.health: Health | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain: asyncio.Event | None = None
@@ -448,6 +495,7 @@ class GrpcServer:
             PredictionService(handlers), server
         )
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
+        self.health = Health()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for address in self.addresses():
             try:
@@ -464,7 +512,7 @@ class GrpcServer:
         watcher = asyncio.create_task(self._watch_health())
         await self._drain.wait()
         watcher.cancel()
-        await self.health.enter_graceful_shutdown()
+        await self.health.close()
         await server.stop(config.grace_period)
 
     async def _watch_health(self) -> None:
@@ -473,6 +521,7 @@ class GrpcServer:
             await asyncio.sleep(HEALTH_EVERY)
 
     async def _update_health(self) -> None:
+        assert self.health is not None  # noqa: S101 - made in _serve
         pending, serving = self.state.manager.readiness()
         ready = not pending and not self.state.draining
         await self.health.set("", _SERVING if ready else _NOT_SERVING)

@@ -94,8 +94,8 @@ def as_dict(response: Any) -> Any:
 
 def typed_fields(array: Any, dtype: str) -> Any:
     """The same tensor with its values in the typed field (as TF Serving writes them)."""
-    proto = tf.make_tensor_proto(array, dtype=getattr(tf, dtype))
-    proto.ClearField("tensor_content")
+    made = tf.make_tensor_proto(array, dtype=getattr(tf, dtype))
+    proto = type(made)(dtype=made.dtype, tensor_shape=made.tensor_shape)  # no values yet
     flat = array.reshape(-1)
     if dtype in ("float16", "bfloat16"):
         proto.half_val.extend(flat.view(np.uint16).tolist())

@@ -200,7 +200,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("INVALID_ARGUMENT", "Metadata field bogus is not supported"),
         ("NOT_FOUND", "Could not find version 7 of model plus"),
         ("NOT_FOUND", "Could not find any versions of model nope"),
-        ("NOT_FOUND", ""),
+        ("NOT_FOUND", "unknown service 'nope'"),
         ("UNIMPLEMENTED", "MultiInference is not supported by this server: use Predict, "
          "Classify or Regress"),
         ("RESOURCE_EXHAUSTED", got[-1][1]),
