@@ -422,7 +422,7 @@ def _unknown(arg: str, given: Mapping[str, str]) -> str:
     spelling = arg.partition("=")[0]
     close = difflib.get_close_matches(spelling, list(_BY_SPELLING), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown flag {spelling}{hint}; see --help for the flags"
+    return f"unknown flag {spelling}{hint}"
 
 
 def check_limits(given: Mapping[str, str]) -> list[str]:

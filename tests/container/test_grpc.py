@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,25 @@ model_config_list {
 """
 
 
+def grpc_sidecar(
+    containers: Containers,
+    server: Container,
+    operations: Sequence[dict[str, Any]],
+    address: str = "127.0.0.1:8500",
+    timeout: float = 300,
+) -> list[dict[str, Any]]:
+    """Run the operations with TF Serving's stubs in a sidecar of `server` (its netns)."""
+    ran = containers.run(
+        ["python", "/t/grpc_client.py", address, json.dumps(list(operations))],
+        network_mode=f"container:{server.id}",
+        volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
+        timeout=timeout,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return results
+
+
 @dataclass
 class Server:
     containers: Containers
@@ -50,16 +69,7 @@ class Server:
     rest: str
 
     def grpc(self, *operations: dict[str, Any], timeout: float = 300) -> list[dict[str, Any]]:
-        """Run the operations with TF Serving's stubs in a sidecar container."""
-        ran = self.containers.run(
-            ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(operations))],
-            network_mode=f"container:{self.container.id}",
-            volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
-            timeout=timeout,
-        )
-        assert ran.exit_code == 0, ran.stderr
-        results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
-        return results
+        return grpc_sidecar(self.containers, self.container, operations, timeout=timeout)
 
     def metric(self, name: str) -> float:
         for line in httpx2.get(self.rest + "/metrics", timeout=10).text.splitlines():
@@ -243,6 +253,39 @@ def test_every_dtype_round_trips(server: Server) -> None:
         assert isinstance(compared, dict), compared
         assert compared == dict.fromkeys(compared, True), form
         assert len(compared) == 16
+
+
+def test_handle_reload_config_request(server: Server) -> None:
+    # Runs last on the module's server: it changes what that server serves.
+    specific = """model_config_list { config { name: "plus" base_path: "/models/plus"
+        model_version_policy { specific { versions: 1 } } } }"""
+    reload, status, predict, gone = server.grpc(
+        {"op": "reload", "config": specific},
+        {"op": "status", "model": "plus"},
+        {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}},
+        {"op": "predict", "model": "dtypes", "inputs": {"x": x_tensor(1.0)}},
+    )
+    assert reload["code"] == "OK", reload
+    assert reload["response"].get("status", {}) == {}  # error_code OK (0), as TF Serving's
+    states = {v["version"]: v["state"] for v in status["response"]["model_version_status"]}
+    assert states["1"] == "AVAILABLE", states
+    assert states["2"] in ("UNLOADING", "END"), states
+    assert predict["outputs"] == {"y": [2.0]}
+    assert (gone["code"], gone["message"]) == (
+        "NOT_FOUND", "Servable not found for request: Latest(dtypes)"
+    )  # fmt: skip
+    custom, empty_specific = server.grpc(
+        {"op": "reload", "config": 'custom_model_config { type_url: "x" }'},
+        {"op": "reload", "config": """model_config_list { config { name: "plus"
+            base_path: "/models/plus" model_version_policy { specific { } } } }"""},
+    )  # fmt: skip
+    assert (custom["code"], custom["message"]) == (
+        "INVALID_ARGUMENT",
+        "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+        "ModelConfigList is currently supported",
+    )
+    assert empty_specific["code"] == "INVALID_ARGUMENT"
+    assert empty_specific["message"].startswith("ReloadConfigRequest (config #1): "), empty_specific
 
 
 def test_400_concurrent_predicts_are_all_answered_correctly(

@@ -96,7 +96,7 @@ def test_leading_dash_goes_to_the_default_command(containers: Containers) -> Non
     ran = containers.run(["--no-such-flag"])
     assert ran.exit_code == 64, ran.stderr
     assert "-> serve" in ran.stderr
-    assert "unrecognized arguments: --no-such-flag" in ran.stderr
+    assert "error: unknown flag --no-such-flag (exit 64; see --help)" in ran.stderr
     assert ran.stdout == ""
 
 

@@ -21,6 +21,7 @@ import httpx2
 import pytest
 
 from tests.container.dockerkit import Containers, poll, remove
+from tests.container.test_grpc import grpc_sidecar
 from tf_entrypoint.tfserving import rest_api_threads
 
 HERE = Path(__file__).resolve().parent
@@ -94,6 +95,20 @@ def test_kserves_command_plans_then_serves(containers: Containers, model: Path) 
         assert answer.json() == {"predictions": [2.0, 3.0]}
         status = httpx2.get(f"{url}/v1/models/flowers", timeout=10).json()
         assert status["model_version_status"][0]["state"] == "AVAILABLE"
+        # KServe's grpc-v1 on --port=9000, with TF Serving's own stubs.
+        predict, metadata, health = grpc_sidecar(
+            containers,
+            container,
+            [
+                {"op": "predict", "model": "flowers", "inputs": {"x": {"values": [1.0, 2.0]}}},
+                {"op": "metadata", "model": "flowers"},
+                {"op": "health"},
+            ],
+            address="127.0.0.1:9000",
+        )
+        assert predict["outputs"] == {"y": [2.0, 3.0]}, predict
+        assert metadata["response"]["model_spec"] == {"name": "flowers", "version": "1"}
+        assert health["response"] == {"status": "SERVING"}
         text = logs(container)
         # The entrypoint's plan (its start-up line) for --cpus 1, then the server with it.
         assert "threads intra 1 / inter 1; no GPU -> tensorflow_model_server" in text, text
