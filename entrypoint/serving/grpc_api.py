@@ -355,8 +355,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                 ) from None
             except RuntimeError as err:
                 raise p.ApiError(503, str(err), code="UNAVAILABLE") from None
-            if errors:
-                raise p.ApiError(500, "; ".join(errors), code="UNKNOWN")
+            if errors:  # a broken export: the server is fine, the model is not
+                raise p.ApiError(500, "; ".join(errors), code="FAILED_PRECONDITION")
             response = model_management_pb2.ReloadConfigResponse()
             response.status.error_code = 0
             return response

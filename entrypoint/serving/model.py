@@ -348,9 +348,10 @@ class TensorFlowServable:
             arguments[key] = tf.constant(array, dtype=tf.dtypes.as_dtype(proto.dtype))
         try:
             results = function(**arguments)
-        except tf.errors.OpError as err:
+        except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
             status = _HTTP_STATUS.get(int(err.error_code), 500)
-            raise p.ApiError(status, str(err.message)[:MAX_ERROR_MESSAGE]) from None
+            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
+            raise p.ApiError(status, message, code=p.code_name(int(err.error_code))) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
         if not isinstance(results, Mapping):

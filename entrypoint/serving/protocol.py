@@ -80,6 +80,20 @@ _CODE_OF_STATUS = {
 }
 
 
+#: Canonical codes by number (TensorFlow's error codes are gRPC's).
+CODE_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+)  # fmt: skip
+
+
+def code_name(number: int) -> str:
+    """A TensorFlow/gRPC status code's name (UNKNOWN for a number out of range)."""
+    return CODE_NAMES[number] if 0 <= number < len(CODE_NAMES) else "UNKNOWN"
+
+
 def status_code(status: int) -> str:
     """The canonical code (gRPC's name) of an HTTP status, as TF Serving maps them."""
     return _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")

@@ -285,7 +285,10 @@ def test_handle_reload_config_request(server: Server) -> None:
         "ModelConfigList is currently supported",
     )
     assert empty_specific["code"] == "INVALID_ARGUMENT"
-    assert empty_specific["message"].startswith("ReloadConfigRequest (config #1): "), empty_specific
+    assert empty_specific["message"].startswith(
+        "ReloadConfigRequest (config #1) (model 'plus'): model_version_policy.specific lists "
+        "no versions"
+    ), empty_specific
 
 
 def test_400_concurrent_predicts_are_all_answered_correctly(

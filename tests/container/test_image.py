@@ -76,6 +76,34 @@ def test_tensorflow_computes(containers: Containers) -> None:
     assert ran.stdout.strip() == "64.0"
 
 
+def _pin(package: str, flavor: str) -> str:
+    for line in (REPO / "requirements" / f"{flavor}.lock").read_text().splitlines():
+        if line.startswith(f"{package}=="):
+            return line.split("==")[1].split()[0]
+    raise AssertionError(f"{package} is not pinned in requirements/{flavor}.lock")
+
+
+def test_tf_serving_stubs_import_under_the_images_protobuf(
+    containers: Containers, flavor: str
+) -> None:
+    # tensorflow-serving-api's generated modules against the protobuf and grpcio
+    # the image pins (its own `tensorflow` requirement is dropped, see scripts/lock).
+    script = (
+        "import google.protobuf, grpc; "
+        "from tensorflow_serving.apis import prediction_service_pb2_grpc as p, "
+        "model_service_pb2_grpc as m, predict_pb2, classification_pb2, regression_pb2, "
+        "get_model_metadata_pb2, get_model_status_pb2, model_management_pb2, "
+        "prediction_log_pb2; "
+        "from tensorflow_serving.config import model_server_config_pb2; "
+        "from grpc_health.v1 import health_pb2_grpc; "
+        "assert p.PredictionServiceServicer and m.ModelServiceServicer; "
+        "print(google.protobuf.__version__, grpc.__version__)"
+    )
+    ran = containers.run(["python", "-W", "error", "-c", script])
+    assert ran.exit_code == 0, ran.stderr
+    assert ran.stdout.split() == [_pin("protobuf", flavor), _pin("grpcio", flavor)]
+
+
 def test_hardened_runtime_read_only_no_capabilities(containers: Containers) -> None:
     script = TF_SUM + "; import keras; print(keras.__version__ > '3')"
     ran = containers.run(["python", "-c", script], **HARDENED)

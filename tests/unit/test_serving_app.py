@@ -529,3 +529,57 @@ def test_classify_and_regress_errors(
     response = client.post(path, json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+
+def test_canonical_codes_are_numbered_as_grpcs() -> None:
+    import grpc  # noqa: PLC0415
+
+    by_number = sorted(grpc.StatusCode, key=lambda code: code.value[0])
+    assert [code.name for code in by_number] == list(p.CODE_NAMES)
+    assert [p.code_name(code.value[0]) for code in by_number] == list(p.CODE_NAMES)
+    assert p.code_name(99) == "UNKNOWN"
+    # Each HTTP status TF Serving maps a code to comes back to that code.
+    for status, code in ((400, "INVALID_ARGUMENT"), (404, "NOT_FOUND"), (503, "UNAVAILABLE"),
+                         (504, "DEADLINE_EXCEEDED"), (429, "RESOURCE_EXHAUSTED"),
+                         (501, "UNIMPLEMENTED"), (500, "INTERNAL")):  # fmt: skip
+        assert p.ApiError(status, "m").code == code
+    assert p.ApiError(400, "m", code="FAILED_PRECONDITION").code == "FAILED_PRECONDITION"
+
+
+def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
+    # REST and gRPC await the same pool from their own loops, on their own threads.
+    pool = InferencePool(workers=2, max_queue=5, metrics=Metrics())
+    peak: list[int] = []
+    release = threading.Event()
+
+    def work() -> Answer:
+        peak.append(pool.admitted)
+        release.wait(5)
+        return Answer(200, b"", {})
+
+    def loop_thread(results: list[int]) -> None:
+        async def one() -> int:
+            try:
+                return (await pool.run(work, 10)).status
+            except p.ApiError as err:
+                return err.status
+
+        async def many() -> None:
+            results.extend(await asyncio.gather(*(one() for _ in range(6))))
+
+        asyncio.run(many())
+
+    results: list[list[int]] = [[], []]
+    threads = [threading.Thread(target=loop_thread, args=(r,)) for r in results]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    statuses = sorted(results[0] + results[1])
+    assert statuses.count(200) == 5
+    assert statuses.count(503) == 7
+    assert max(peak) <= 5
+    assert pool.admitted == 0
+    pool.shutdown()

@@ -432,3 +432,51 @@ def test_version_records_of_old_versions_are_bounded(tmp_path: Path) -> None:
     assert len(manager.models()["m"].versions) == 21  # 20 ended + the one serving
     assert isinstance(manager.models()["m"].versions[39], Version)
     assert os.path.isdir(tmp_path / "m" / "0")
+
+
+def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
+    # HandleReloadConfigRequest: the gRPC handler submits, the manager's own
+    # thread applies and loads, the future carries the load errors.
+    export(tmp_path, 1, "a")
+    export(tmp_path, 1, "b")
+    broken = export(tmp_path, 1, "c")
+    loader = Loader()
+    loader.broken.add(broken)
+    manager, metrics = manager_for(spec(tmp_path, name="a"), loader=loader)
+    stop = threading.Event()
+    fatal: list[str] = []
+    applied_on: list[str] = []
+    original_apply = manager.apply
+
+    def apply(config: ServingConfig, *, initial: bool = False) -> None:
+        applied_on.append(threading.current_thread().name)
+        original_apply(config, initial=initial)
+
+    manager.apply = apply  # type: ignore[method-assign]
+    thread = threading.Thread(
+        target=manager.run,
+        name="model-manager",
+        kwargs={"wait": 5, "file_system_poll": 0, "config_poll": 0, "reload": None,
+                "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).result(timeout=10)
+        assert errors == []
+        assert served(manager, route(name="b")) == 1
+        with pytest.raises(p.ApiError, match=r"Servable not found for request: Latest\(a\)"):
+            served(manager, route(name="a"))
+        failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).result(timeout=10)
+        assert len(failed) == 1
+        assert "variables is incomplete" in failed[0]
+        assert applied_on == ["model-manager", "model-manager"]
+        assert sample(metrics, "serving_model_config_reloads_total", result="success") == 2
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert fatal == []
+    late = manager.submit(ServingConfig((spec(tmp_path, name="a"),)))
+    manager._refuse_submitted("the server is stopping")
+    with pytest.raises(RuntimeError, match="the server is stopping"):
+        late.result(timeout=1)
