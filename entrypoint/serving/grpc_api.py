@@ -474,8 +474,10 @@ class GrpcServer:
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())
-        except BaseException as err:  # noqa: BLE001 - handed to start()'s caller
+        except BaseException as err:
             self._failure = err
+            if self._bound.is_set():  # after start-up: nobody is waiting to hear it
+                log.error("the gRPC server stopped: %s", err, exc_info=err)
         finally:
             self._bound.set()
             loop.close()
