@@ -2,8 +2,8 @@
 
     python -m bench.report [--out docs/bench] [--no-plot]
 
-Reads sweep.json, overhead.json and serving.json from --out (whichever
-exist) and docs/image-build-cpu.json, writes results.md, quota-sweep.png and
+Reads sweep.json, overhead.json, serving.json, swap.json and grpc.json from
+--out (whichever exist) and docs/image-build-cpu.json, writes results.md, quota-sweep.png and
 serving.png there. bench/run.py calls this after measuring; run it alone to
 re-render without measuring again. The plots need matplotlib
 (requirements/bench.lock).
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import REPO, log
 
-PARTS = ("sweep", "overhead", "serving", "swap")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
@@ -377,6 +377,72 @@ def swap_markdown(swap: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ratio_cell(stat: dict[str, float] | None) -> str:
+    return "n/a" if stat is None else f"{ratio(stat['median'])}{paired(stat)}"
+
+
+def grpc_markdown(data: dict[str, Any]) -> list[str]:
+    c = data["config"]
+    idle = data.get("server_idle_cpu")
+    lines = [
+        "## gRPC vs REST (`bench/grpc_rest.py`)",
+        "",
+        f"One server under `--cpus {c['cpus']}` ({data['workers']} worker) answers the same "
+        "predict over gRPC (8500) and REST (8501) at once: same models, process and workers. "
+        "The load client (`bench/protocol_load.py`) is one Python process for both protocols "
+        "in a second container on the server's network namespace, no CPU limit: REST is "
+        "asyncio HTTP/1.1 keep-alive, one connection per caller; gRPC is `grpc.aio` with TF "
+        "Serving's stub, the request built once, **all callers on one channel** (one HTTP/2 "
+        "connection); *channels* is gRPC with one channel (and connection) per caller. "
+        f"Per repetition and cell the modes take turns ({c['warmup']:g} s warm-up, "
+        f"{c['seconds']:g} s timed, the order reversed cell by cell); {c['reps']} "
+        "repetitions. Median (min-max); ratios are medians over medians, in brackets the "
+        "same ratio repetition by repetition. Server CPU per request is the server "
+        "container's cgroup CPU time over the window divided by the answers"
+        + (f" (idle, the server uses {idle:.3f} CPUs)" if idle is not None else "")
+        + ". The first answer of every window matched the SavedModel's own output.",
+        "",
+        "| model | concurrency | REST: req/s | gRPC: req/s | **gRPC / REST: req/s** "
+        "| REST: p99 ms | gRPC: p99 ms | **gRPC / REST: p99** | server CPU ms/req: REST, "
+        "gRPC | channels / one channel: req/s, p99 | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in data["cells"]:
+        m, r = cell["modes"], cell["grpc_vs_rest"]
+        rest, grpc = m["rest"], m["grpc"]
+        cpu = ", ".join(
+            num(x["server_cpu_ms_per_request"]["median"])
+            if "server_cpu_ms_per_request" in x
+            else "n/a"
+            for x in (rest, grpc)
+        )
+        channels = cell.get("channels_vs_grpc")
+        per_caller = (
+            f"{_ratio_cell(channels['rps'])}, {_ratio_cell(channels['p99'])}"
+            if channels
+            else "(= one channel)"
+        )
+        errors = " / ".join(str(x["errors"]) for x in m.values())
+        lines.append(
+            f"| {cell['model']} | {cell['concurrency']} | {spread(rest['rps'])} "
+            f"| {spread(grpc['rps'])} | {_ratio_cell(r['rps'])} | {spread(rest['p99_ms'])} "
+            f"| {spread(grpc['p99_ms'])} | {_ratio_cell(r['p99'])} | {cpu} | {per_caller} "
+            f"| {errors} |"
+        )
+    lines += [
+        "",
+        "Errors are REST / gRPC / channels. Load average (1 min) during the timed windows: "
+        + _load_range(data)
+        + ".",
+    ]
+    return lines
+
+
+def _load_range(data: dict[str, Any]) -> str:
+    loads = [r["loadavg_1m"] for r in data["runs"]]
+    return f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
@@ -398,6 +464,8 @@ def markdown(parts: dict[str, Any]) -> str:
         lines += [*serving_markdown(parts["serving"]), "", "![serving](serving.png)", ""]
     if "swap" in parts:
         lines += [*swap_markdown(parts["swap"]), ""]
+    if "grpc" in parts:
+        lines += [*grpc_markdown(parts["grpc"]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
 

@@ -16,12 +16,16 @@ Parts:
   defaults, at several concurrencies (bench/serving.py);
 * swap: a new model version renamed into place while the server is under
   load: requests per second, p50/p99 and errors before, during and after
-  the swap, and how long it took (bench/swap.py).
+  the swap, and how long it took (bench/swap.py);
+* grpc: one server under --cpus 1 answering the same predict over gRPC (8500)
+  and REST (8501) at once, one load client for both protocols, the modes
+  taking turns cell by cell: requests per second, p50/p99, server CPU per
+  request (bench/grpc_rest.py, bench/protocol_load.py).
 
 Before measuring (not with --quick) it waits until the 1-minute load average
 is below --quiet-load (up to --max-wait seconds, then runs anyway) and
 records the load average before and after each part. Writes
-OUT/{sweep,overhead,serving,swap}.json, then OUT/results.md and the plots
+OUT/{sweep,overhead,serving,swap,grpc}.json, then OUT/results.md and the plots
 (bench/report.py). Needs Docker, the image (`make image-cpu`), and for the
 plots matplotlib (requirements/bench.lock); serving uses wrk when installed.
 """
@@ -38,10 +42,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import overhead, report, serving, swap, sweep
+from bench import grpc_rest, overhead, report, serving, swap, sweep
 from bench.common import NAMES, REPO, docker, log, machine, wait_for_quiet, write_json
 
-PARTS = ("sweep", "overhead", "serving", "swap")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -72,6 +76,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--serving-reps", type=int, default=5, help="serving repetitions")
     add("--serving-seconds", type=float, default=3.0, help="seconds per serving run")
     add("--swap-reps", type=int, default=5, help="version swaps (a fresh server each)")
+    add("--grpc-reps", type=int, default=3, help="gRPC vs REST repetitions")
+    add("--grpc-seconds", type=float, default=5.0, help="timed seconds per gRPC/REST window")
     add("--quiet-load", type=float, default=0.6, help="wait for a 1-min load average below this")
     add("--max-wait", type=float, default=2400, help="seconds to wait for it (0: do not wait)")
     add("--no-plot", action="store_true", help="skip the PNGs (no matplotlib needed)")
@@ -104,6 +110,9 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
             client=args.client,
         )
         swap_config = swap.SwapConfig(concurrency=2, baseline=1, after=1, reps=1)
+        grpc_config = grpc_rest.GrpcConfig(
+            concurrencies=(1, 2), seconds=0.5, warmup=0.3, reps=1, models=("half_plus_two",)
+        )
         pairs, rounds, tf_rounds = 2, 3, 1
     else:
         sweep_config = sweep.SweepConfig(
@@ -113,12 +122,14 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
             reps=args.serving_reps, seconds=args.serving_seconds, client=args.client
         )
         swap_config = swap.SwapConfig(reps=args.swap_reps)
+        grpc_config = grpc_rest.GrpcConfig(reps=args.grpc_reps, seconds=args.grpc_seconds)
         pairs, rounds, tf_rounds = args.pairs, args.probe_rounds, 5
     return {
         "sweep": lambda: sweep.run_sweep(image, sweep_config),
         "overhead": lambda: overhead.run_overhead(image, pairs, rounds, tf_rounds),
         "serving": lambda: serving.run_serving(image, serving_config),
         "swap": lambda: swap.run_swap(image, swap_config),
+        "grpc": lambda: grpc_rest.run_grpc(image, grpc_config),
     }
 
 

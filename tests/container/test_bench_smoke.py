@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench import serving, sweep
+from bench import grpc_rest, serving, sweep
 from tests.container.dockerkit import REPO
 
 
@@ -145,6 +145,33 @@ def test_swap_has_every_phase(quick_run: Path) -> None:
     assert _number(data["summary"]["during_vs_before"]["p99"])
 
 
+def test_grpc_has_every_cell(quick_run: Path) -> None:
+    data = json.loads((quick_run / "grpc.json").read_text())
+    assert [(c["model"], c["concurrency"]) for c in data["cells"]] == [
+        ("half_plus_two", 1),
+        ("half_plus_two", 2),
+    ]
+    # both protocols at every concurrency; one channel per caller only where it differs
+    assert {(r["concurrency"], r["mode"]) for r in data["runs"]} == {
+        (1, "rest"),
+        (1, "grpc"),
+        *((2, mode) for mode in grpc_rest.MODES),
+    }
+    for run in data["runs"]:
+        assert run["answer_ok"], run  # the first answer matched the SavedModel's output
+        assert run["errors"] == 0, run["error_kinds"]
+        assert run["ok"] > 0
+        assert all(_number(run[k]) for k in ("rps", "p50_ms", "p99_ms", "server_cpu_s"))
+        assert run["server_cpu_ms_per_request"] > 0
+        # connections seen during the window: one per REST caller, one channel, or one each
+        expected = 1 if run["mode"] == "grpc" else run["concurrency"]
+        assert run["connections"] == expected, run
+    for cell in data["cells"]:
+        assert _number(cell["grpc_vs_rest"]["rps"]["median"])
+        assert _number(cell["grpc_vs_rest"]["p99"]["median"])
+    assert _number(data["cells"][1]["channels_vs_grpc"]["rps"]["median"])
+
+
 def test_report_renders(quick_run: Path) -> None:
     text = (quick_run / "results.md").read_text()
     for heading in (
@@ -152,5 +179,6 @@ def test_report_renders(quick_run: Path) -> None:
         "## Overhead",
         "## Serving under load",
         "## A version swap under load",
+        "## gRPC vs REST",
     ):
         assert heading in text

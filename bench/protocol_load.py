@@ -1,0 +1,300 @@
+"""The load generator of bench/grpc_rest.py: REST and gRPC from one Python process.
+
+Runs inside a container of the image that shares the server's network
+namespace (`--network container:SERVER`), with the bench directory and the
+models mounted read-only:
+
+    python -m bench.protocol_load MODEL [MODEL...]
+
+It loads each model's SavedModel itself (/models/MODEL/1) to compute the
+expected answer, checks that REST (127.0.0.1:8501) and gRPC
+(127.0.0.1:8500) both give it, prints one JSON line `{"ready": ...}`, then
+reads one JSON command per line on stdin and answers each with one JSON line:
+
+    {"mode": "rest" | "grpc" | "grpc-channels", "model": M, "concurrency": C,
+     "seconds": S, "last": true | false}
+
+C callers in a closed loop for S seconds, each sending the next request as
+soon as its answer is in. Both protocols send a request built once:
+
+* rest: HTTP/1.1 keep-alive, one connection per caller, the request's bytes
+  prebuilt (bench/serving.py's asyncio client); the body is read, not parsed;
+* grpc: `grpc.aio` and TF Serving's PredictionService stub, the
+  PredictRequest built once (`tf.make_tensor_proto`); all C callers share ONE
+  channel (one HTTP/2 connection, C concurrent streams);
+* grpc-channels: the same, but one channel (and TCP connection) per caller
+  (a local subchannel pool, so gRPC does not share the connection).
+
+gRPC channels are opened for a warm-up window (`"last": false`) and closed
+after the timed window that follows it, so each window's count of open
+connections is its own mode's.
+
+The first answer of every window is decoded and compared with the expected
+one (a mismatch is reported, and the host fails the run), so a broken path
+cannot look fast. Latency is per request, from send to the full answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.serving import read_response, request_body
+
+HOST = "127.0.0.1"
+REST_PORT = 8501
+GRPC_PORT = 8500
+SIGNATURE = "serving_default"
+TOLERANCE = 1e-4
+
+
+def instances(model: str) -> list[Any]:
+    return list(json.loads(request_body(model))["instances"])
+
+
+def close(got: Any, want: Any) -> bool:
+    if isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(close(g, w) for g, w in zip(got, want, strict=True))
+        )
+    return isinstance(got, int | float) and abs(got - want) <= TOLERANCE * max(1.0, abs(want))
+
+
+def count_connections(port: int) -> int:
+    """ESTABLISHED TCP connections to `port` seen from this network namespace (client side)."""
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                found += 1
+    return found
+
+
+class Client:
+    def __init__(self, models: list[str]) -> None:
+        import grpc  # noqa: PLC0415 - in the container only
+        import numpy as np  # noqa: PLC0415
+        import tensorflow as tf  # noqa: PLC0415
+        from tensorflow_serving.apis import (  # noqa: PLC0415
+            predict_pb2,
+            prediction_service_pb2_grpc,
+        )
+
+        self.grpc, self.tf = grpc, tf
+        self.stub_class = prediction_service_pb2_grpc.PredictionServiceStub
+        self.expected: dict[str, Any] = {}
+        self.rest_raw: dict[str, bytes] = {}
+        self.requests: dict[str, Any] = {}
+        for model in models:
+            rows = instances(model)
+            loaded = tf.saved_model.load(f"/models/{model}/1")
+            out = loaded.signatures[SIGNATURE](x=tf.constant(rows, tf.float32))
+            self.expected[model] = out["y"].numpy().tolist()
+            body = request_body(model)
+            self.rest_raw[model] = (
+                f"POST /v1/models/{model}:predict HTTP/1.1\r\nHost: {HOST}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = model
+            request.model_spec.signature_name = SIGNATURE
+            request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.asarray(rows, np.float32)))
+            self.requests[model] = request
+        self.open: list[Any] = []
+        self.open_mode = ""
+        self.stale: list[Any] = []
+
+    # --- answers ------------------------------------------------------------------
+
+    def rest_answer(self, body: bytes) -> Any:
+        return json.loads(body).get("predictions")
+
+    def grpc_answer(self, response: Any) -> Any:
+        return self.tf.make_ndarray(response.outputs["y"]).tolist()
+
+    # --- channels -----------------------------------------------------------------
+
+    def channels_for(self, mode: str, concurrency: int) -> list[Any]:
+        """The channels of a warm-up window and the timed window after it (then closed).
+
+        grpc: one channel for every caller; grpc-channels: one per caller, each
+        with a local subchannel pool so that it keeps its own TCP connection.
+        """
+        target = f"{HOST}:{GRPC_PORT}"
+        wanted = 1 if mode == "grpc" else concurrency
+        if (self.open_mode, len(self.open)) != (mode, wanted):
+            self.stale.extend(self.open)
+            self.open = [
+                self.grpc.aio.insecure_channel(
+                    target, options=[("grpc.use_local_subchannel_pool", 1)]
+                )
+                for _ in range(wanted)
+            ]
+            self.open_mode = mode
+        return self.open
+
+    async def close_channels(self) -> None:
+        """Close every channel, so the next window's connection count is its own."""
+        for channel in [*self.stale, *self.open]:
+            await channel.close()
+        self.stale, self.open, self.open_mode = [], [], ""
+
+    # --- one window ---------------------------------------------------------------
+
+    async def rest_caller(self, model: str, deadline: float, tally: Tally) -> None:
+        raw = self.rest_raw[model]
+        while time.perf_counter() < deadline:
+            try:
+                reader, writer = await asyncio.open_connection(HOST, REST_PORT)
+            except OSError as err:
+                tally.errors[f"connect: {err}"] += 1
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                while time.perf_counter() < deadline:
+                    sent = time.perf_counter()
+                    writer.write(raw)
+                    await writer.drain()
+                    status, body = await read_response(reader)
+                    if status != 200:
+                        tally.errors[f"HTTP {status}"] += 1
+                        continue
+                    tally.latencies.append(time.perf_counter() - sent)
+                    if not tally.first:
+                        tally.first.append(self.rest_answer(body))
+            except (OSError, asyncio.IncompleteReadError, ValueError) as err:
+                tally.errors[type(err).__name__] += 1
+            finally:
+                writer.close()
+
+    async def grpc_caller(self, channel: Any, model: str, deadline: float, tally: Tally) -> None:
+        stub = self.stub_class(channel)
+        request = self.requests[model]
+        while time.perf_counter() < deadline:
+            sent = time.perf_counter()
+            try:
+                response = await stub.Predict(request, timeout=30)
+            except self.grpc.aio.AioRpcError as err:
+                tally.errors[err.code().name] += 1
+                continue
+            tally.latencies.append(time.perf_counter() - sent)
+            if not tally.first:
+                tally.first.append(self.grpc_answer(response))
+
+    async def window(
+        self, mode: str, model: str, concurrency: int, seconds: float, *, last: bool = True
+    ) -> dict[str, Any]:
+        """One closed-loop window; `last`: close the gRPC channels afterwards."""
+        channels = self.channels_for(mode, concurrency) if mode != "rest" else []
+        for channel in self.stale:  # from a previous mode: gone before the window starts
+            await channel.close()
+        self.stale = []
+        tally = Tally()
+        started = time.perf_counter()
+        deadline = started + seconds
+
+        async def watch() -> None:
+            await asyncio.sleep(min(seconds / 2, 1.0))
+            tally.connections.append(count_connections(REST_PORT if mode == "rest" else GRPC_PORT))
+
+        if mode == "rest":
+            callers = [self.rest_caller(model, deadline, tally) for _ in range(concurrency)]
+        else:
+            callers = [
+                self.grpc_caller(channels[i % len(channels)], model, deadline, tally)
+                for i in range(concurrency)
+            ]
+        await asyncio.gather(watch(), *callers)
+        elapsed = time.perf_counter() - started
+        if last:
+            await self.close_channels()
+        return tally.result(elapsed, self.expected[model])
+
+
+@dataclass
+class Tally:
+    """What one window's callers record."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    first: list[Any] = field(default_factory=list)
+    connections: list[int] = field(default_factory=list)
+
+    def result(self, elapsed: float, expected: Any) -> dict[str, Any]:
+        latencies = sorted(self.latencies)
+
+        def pct(q: float) -> float:
+            if not latencies:
+                return 0.0
+            return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1e3
+
+        answer = self.first[0] if self.first else None
+        right = answer is not None and close(answer, expected)
+        errors = sum(self.errors.values())
+        return {
+            "requests": len(latencies) + errors,
+            "ok": len(latencies),
+            "errors": errors,
+            "error_kinds": dict(self.errors),
+            "seconds": round(elapsed, 4),
+            "rps": round(len(latencies) / elapsed, 2),
+            "p50_ms": round(pct(50), 4),
+            "p90_ms": round(pct(90), 4),
+            "p99_ms": round(pct(99), 4),
+            "max_ms": round(latencies[-1] * 1e3, 4) if latencies else 0.0,
+            "connections": self.connections[0] if self.connections else None,
+            "answer_ok": right,
+            "answer": None if right else answer,
+        }
+
+
+def emit(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+async def serve(models: list[str]) -> None:
+    client = Client(models)
+    checks = {}
+    for model in models:  # each path answers correctly before anything is timed
+        for mode in ("rest", "grpc", "grpc-channels"):
+            result = await client.window(mode, model, 1, 0.05)
+            checks[f"{model} {mode}"] = result["answer_ok"]
+    emit({"ready": True, "checks": checks, "expected": client.expected})
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        command = json.loads(line)
+        emit(
+            await client.window(
+                command["mode"],
+                command["model"],
+                command["concurrency"],
+                command["seconds"],
+                last=command.get("last", True),
+            )
+        )
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m bench.protocol_load MODEL [MODEL...]", file=sys.stderr)
+        return 64
+    asyncio.run(serve(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
