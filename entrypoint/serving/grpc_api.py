@@ -31,7 +31,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,7 +101,7 @@ def _code_number(name: str) -> int:
     return number
 
 
-def signature_def_map(signatures: dict[str, p.Signature] | Any) -> Any:
+def signature_def_map(signatures: Mapping[str, p.Signature]) -> Any:
     """The servable's signatures as TF Serving's SignatureDefMap message."""
     out = get_model_metadata_pb2.SignatureDefMap()
     for name, signature in sorted(signatures.items()):
@@ -170,6 +170,9 @@ class _Handlers:
         except asyncio.CancelledError:  # the client went away or its deadline passed
             self._observe(method, "CANCELLED", started, target)
             raise
+        except Exception as err:  # a bug of ours: logged, answered INTERNAL, never hidden
+            log.error("internal error in gRPC %s", method, exc_info=err)
+            code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
         self._observe(method, code, started, target)
         if code != "OK":
             await context.abort(grpc.StatusCode[code], message)

@@ -334,7 +334,10 @@ class TensorFlowServable:
         arguments = {}
         for index, key in enumerate(sorted(inputs)):
             proto, spec = inputs[key], signature.inputs[key]
-            given = _dtype_name(proto.dtype)
+            try:
+                given = _dtype_name(proto.dtype)
+            except ValueError:  # not a DataType TensorFlow knows
+                raise p.bad_request(f"tensor parsing error: {key}") from None
             if given != spec.dtype:
                 raise p.bad_request(
                     f"Expects arg[{index}] to be {_tf_type(spec.dtype)} but "
