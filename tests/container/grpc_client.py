@@ -133,6 +133,8 @@ def op_predict(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     for name, tensor in op.get("inputs", {}).items():
         array = np.array(tensor["values"], dtype=tensor.get("dtype", "float32"))
         request.inputs[name].CopyFrom(tf.make_tensor_proto(array, shape=tensor.get("shape")))
+        if "dtype_enum" in tensor:  # a DataType number as a buggy client might send
+            request.inputs[name].dtype = tensor["dtype_enum"]
     request.output_filter.extend(op.get("output_filter", []))
     code, message, response = call(stubs.predictions.Predict, request, op.get("timeout", 60))
     extra: dict[str, Any] = {}

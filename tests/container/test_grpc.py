@@ -182,6 +182,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         {"op": "predict", "model": "plus", "inputs": {"z": x_tensor(1.0)}},
         {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1, dtype="int32")}},
         {"op": "predict", "model": "plus", "inputs": {"x": {"values": [[1.0]]}}},
+        {"op": "predict", "model": "plus", "inputs": {"x": {"values": [1.0], "dtype_enum": 999}}},
         {"op": "predict", "model": "plus", "signature": "nope", "inputs": {"x": x_tensor(1.0)}},
         {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}, "output_filter": ["q"]},
         {"op": "metadata", "model": "plus", "fields": []},
@@ -203,6 +204,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("INVALID_ARGUMENT", "Expects arg[0] to be float but int32 is provided"),
         ("INVALID_ARGUMENT", "input 'x' has shape [1,1], but signature 'serving_default' "
          "expects [-1] (-1: any size)"),
+        ("INVALID_ARGUMENT", "tensor parsing error: x"),
         ("FAILED_PRECONDITION", 'Serving signature key "nope" not found.'),
         ("INVALID_ARGUMENT", "output tensor alias not found in signature: q Outputs expected "
          "to be in the set {y}."),
