@@ -276,3 +276,16 @@ def test_predictor_is_sized_to_its_cpu_limit() -> None:
         "divisor": "1m",
     }
     assert int(environment(template, container)[CPU_LIMIT_MILLICORES]) == limit * 1000
+
+
+def test_the_server_accepts_the_runtimes_args_as_kserve_fills_them() -> None:
+    """KServe replaces {{.Name}} with the InferenceService's name; the server's own
+    parser (as /usr/bin/tensorflow_model_server runs it) takes the result."""
+    from tf_entrypoint.serving.config import PlannedCpus, parse_config  # noqa: PLC0415
+
+    name = ISVC["metadata"]["name"]
+    args = [a.replace("{{.Name}}", name) for a in RUNTIME["spec"]["containers"][0]["args"]]
+    conf = parse_config(args, {}, budget=PlannedCpus(1, "test"))
+    (model,) = conf.models.models
+    assert (model.name, str(model.base_path)) == (name, MODEL_MOUNT)
+    assert (conf.grpc_port, conf.rest_port, conf.request_timeout) == (9000, 8080, 60.0)
