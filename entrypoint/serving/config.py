@@ -200,7 +200,8 @@ class Flag:
             shown = " or ".join(f"`{value}`" if value else "empty" for value in self.accepts)
             if not self.accepts:
                 return f"refused: {self.why}"
-            return f"only {shown}: {self.meaning}; other values are refused: {self.why}"
+            meaning = f": {self.meaning}" if self.meaning else ""
+            return f"only {shown}{meaning}; other values are refused: {self.why}"
         if self.kind == "noted":
             return f"accepted, no effect (a warning says so): {self.why}"
         return self.meaning
