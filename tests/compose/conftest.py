@@ -72,8 +72,12 @@ def cpu_image() -> str:
 @pytest.fixture(scope="session")
 def docker_compose_command(cpu_image: str) -> str:
     # Shell-style assignments: pytest-docker runs the command through a shell.
-    # SERVE_PUBLISH "127.0.0.1:" publishes on an ephemeral port of loopback only.
-    return f"SERVE_PUBLISH=127.0.0.1: TF_ENTRYPOINT_IMAGE={cpu_image} {compose_command()}"
+    # SERVE_PUBLISH "127.0.0.1:" publishes on an ephemeral port of loopback only
+    # (SERVE_GRPC_PUBLISH likewise, so two servers never want the same host port).
+    return (
+        f"SERVE_PUBLISH=127.0.0.1: SERVE_GRPC_PUBLISH=127.0.0.1: "
+        f"TF_ENTRYPOINT_IMAGE={cpu_image} {compose_command()}"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -156,7 +156,14 @@ BAD_REQUESTS: list[tuple[str, str, bytes | None, int, str]] = [
     ("POST", "/v1/models/model:predict", b'{"signature_name": ""}', 400, "Missing 'inputs'"),
     ("POST", "/v1/models/model:predict", b'{"instances": []}', 400, "No values in 'instances'"),
     ("POST", "/v1/models/model:predict", long_body(), 413, "exceeds the limit of 8388608 bytes"),
-    ("POST", "/v1/models/model:regress", b"{}", 400, "regress is not supported"),
+    # TF Serving's text, "classify" even for :regress (json_tensor.cc shares it).
+    (
+        "POST",
+        "/v1/models/model:regress",
+        b"{}",
+        400,
+        "When method is classify, key 'examples' is expected and was not found",
+    ),
     ("DELETE", "/v1/models/model", None, 400, "Malformed request: DELETE"),
 ]
 
