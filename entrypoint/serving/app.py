@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from tf_entrypoint.serving import monitoring, service
 from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.metrics import Metrics
@@ -49,11 +50,40 @@ _RUNTIME_APIS = {
 
 
 def tensorflow_loader(
-    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+    directory: Path,
+    version: int,
+    *,
+    warmup: bool = True,
+    method_name_check: bool = False,
+    batching: BatchingParameters | None = None,
+    batch_hooks: BatchHooks | None = None,
 ) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-    return model.load(directory, version, warmup=warmup, method_name_check=method_name_check)
+    return model.load(
+        directory,
+        version,
+        warmup=warmup,
+        method_name_check=method_name_check,
+        batching=batching,
+        batch_hooks=batch_hooks,
+    )
+
+
+def request_threads(config: ServeConfig) -> int:
+    """Threads that parse, validate and answer predicts.
+
+    Without batching, --workers (each runs its request in TensorFlow). With
+    batching they mostly wait for their batch while num_batch_threads threads
+    run TensorFlow: enough to fill max_batch_size rows for every batch thread
+    (at one row a request), at least --workers, at most --max-queue (more
+    could never be admitted).
+    """
+    batching = config.batching
+    if batching is None:
+        return config.workers
+    wanted = max(config.workers, batching.num_batch_threads * batching.max_batch_size)
+    return max(1, min(config.max_queue, wanted))
 
 
 class InferencePool:
@@ -93,8 +123,10 @@ class InferencePool:
                 code="RESOURCE_EXHAUSTED",
             )
         self.metrics.in_flight.inc()
+        # The deadline, for a request queued for a batch: withdrawn when it passes.
+        deadline = time.monotonic() + timeout if timeout else None
         try:
-            future = self._executor.submit(work)
+            future = self._executor.submit(run_with_deadline, deadline, work)
         except RuntimeError:  # shut down: the server is stopping
             self._release(None)
             raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
@@ -323,13 +355,15 @@ def create_app(
     --enable_model_warmup=false, checking Classify/Regress signatures' method
     names with --enable_signature_method_name_check.
     """
+    metrics = Metrics()
     if loader is None:
         loader = functools.partial(
             tensorflow_loader,
             warmup=config.enable_model_warmup,
             method_name_check=config.enable_signature_method_name_check,
+            batching=config.batching,
+            batch_hooks=metrics.batch_hooks(),
         )
-    metrics = Metrics()
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
@@ -340,7 +374,7 @@ def create_app(
         config=config,
         manager=manager,
         metrics=metrics,
-        pool=InferencePool(config.workers, config.max_queue, metrics),
+        pool=InferencePool(request_threads(config), config.max_queue, metrics),
         on_fatal=on_fatal,
     )
     endpoints = _Endpoints(state)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ import tensorflow as tf
 
 from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.batching import Batcher, BatchHooks, BatchingParameters
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -249,6 +251,60 @@ def _unparsable(examples: Sequence[bytes]) -> str:
     return "Could not parse example input"
 
 
+def _invoke(function: Any, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Run a signature function; its outputs by alias."""
+    results = function(**arguments)
+    if not isinstance(results, Mapping):
+        return {"output_0": results}
+    outputs: Mapping[str, Any] = results
+    return outputs
+
+
+def _batchable(signature: p.Signature) -> bool:
+    """Whether every input and output has a free leading (batch) dimension."""
+    specs = (*signature.inputs.values(), *signature.outputs.values())
+    return bool(signature.inputs) and all(
+        spec.shape is not None and len(spec.shape) >= 1 and spec.shape[0] == -1 for spec in specs
+    )
+
+
+def _rows(arguments: Mapping[str, Any]) -> int | None:
+    """The rows every input has (its first dimension), or None when they disagree."""
+    counts = {int(value.shape[0]) if value.shape.rank else -1 for value in arguments.values()}
+    if len(counts) != 1:
+        return None
+    (rows,) = counts
+    return rows if rows >= 1 else None
+
+
+class _Unsplittable(Exception):
+    """A batch's output has not one row per input row: run the requests alone."""
+
+
+def _run_batch(
+    function: Any, payloads: Sequence[Mapping[str, Any]], padded: int
+) -> list[dict[str, Any]]:
+    """One call for every request: inputs concatenated, outputs split back by row count."""
+    counts = [int(next(iter(payload.values())).shape[0]) for payload in payloads]
+    merged = {}
+    for key in payloads[0]:
+        parts = [payload[key] for payload in payloads]
+        if padded:  # as TensorFlow's batching: copies of the first row
+            parts.append(tf.repeat(parts[0][:1], padded, axis=0))
+        merged[key] = tf.concat(parts, axis=0)
+    outputs = _invoke(function, merged)
+    total = sum(counts) + padded
+    answers: list[dict[str, Any]] = [{} for _ in payloads]
+    for alias, value in outputs.items():
+        if value.shape.rank == 0 or int(value.shape[0]) != total:
+            raise _Unsplittable(alias)
+        start = 0
+        for answer, count in zip(answers, counts, strict=True):
+            answer[alias] = value[start : start + count]
+            start += count
+    return answers
+
+
 class TensorFlowServable:
     """One version of a SavedModel, loaded and ready to run."""
 
@@ -269,6 +325,61 @@ class TensorFlowServable:
         missing = sorted(set(self._functions) - set(self._signatures))
         if missing:
             log.warning("signatures without a SignatureDef are not served: %s", missing)
+        self._batching: BatchingParameters | None = None
+        self._batch_hooks: BatchHooks | None = None
+        self._batchers: dict[str, Batcher[Mapping[str, Any], Mapping[str, Any]]] = {}
+        self._batchers_lock = threading.Lock()
+
+    def enable_batching(self, parameters: BatchingParameters, hooks: BatchHooks) -> None:
+        """From now on, predicts of batchable signatures are batched (--enable_batching)."""
+        self._batching, self._batch_hooks = parameters, hooks
+
+    def close(self) -> None:
+        """Stop the batch threads (the version is unloading; nothing is in flight)."""
+        with self._batchers_lock:
+            batchers, self._batchers, self._batching = list(self._batchers.values()), {}, None
+        for batcher in batchers:
+            batcher.close()
+
+    def _call(self, name: str, function: Any, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run signature `name` on validated tensors: batched with others when it can be.
+
+        A request runs alone when batching is off, when the signature has no
+        free batch dimension, when its inputs disagree on the row count, or
+        when it has more rows than max_batch_size.
+        """
+        parameters = self._batching
+        if parameters is None:
+            return _invoke(function, arguments)
+        rows = _rows(arguments)
+        if rows is None or rows > parameters.max_batch_size:
+            return _invoke(function, arguments)
+        batcher = self._batcher(name, function, parameters)
+        if batcher is None:
+            return _invoke(function, arguments)
+        key = tuple(
+            sorted((k, v.dtype.name, tuple(v.shape[1:].as_list())) for k, v in arguments.items())
+        )
+        return batcher.submit(key, rows, arguments)
+
+    def _batcher(
+        self, name: str, function: Any, parameters: BatchingParameters
+    ) -> Batcher[Mapping[str, Any], Mapping[str, Any]] | None:
+        signature = self._signatures.get(name)
+        if signature is None or not _batchable(signature):
+            return None
+        with self._batchers_lock:
+            batcher = self._batchers.get(name)
+            if batcher is None and self._batching is not None:
+                batcher = Batcher(
+                    parameters,
+                    lambda payloads, padded: _run_batch(function, payloads, padded),
+                    lambda payload: _invoke(function, payload),
+                    self._batch_hooks,
+                    name=f"batch-v{self._version}",
+                )
+                self._batchers[name] = batcher
+            return batcher
 
     @property
     def version(self) -> int:
@@ -290,15 +401,13 @@ class TensorFlowServable:
             )
         try:
             arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
-            results = function(**arguments)
+            results = self._call(signature_name, function, arguments)
         except tf.errors.OpError as err:
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
             raise p.ApiError(status, message) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        if not isinstance(results, Mapping):
-            results = {"output_0": results}
         return {name: _from_tf(name, value) for name, value in results.items()}
 
     def predict_protos(
@@ -347,15 +456,13 @@ class TensorFlowServable:
             p.check_shape(key, tuple(int(d) for d in array.shape), spec, name)
             arguments[key] = tf.constant(array, dtype=tf.dtypes.as_dtype(proto.dtype))
         try:
-            results = function(**arguments)
+            results = self._call(name, function, arguments)
         except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
             raise p.ApiError(status, message, code=p.code_name(int(err.error_code))) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        if not isinstance(results, Mapping):
-            results = {"output_0": results}
         wanted = list(output_filter) or sorted(results)
         return name, {alias: _as_proto_field(alias, results[alias]) for alias in wanted}
 
@@ -508,14 +615,23 @@ class TensorFlowServable:
 
 
 def load(
-    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+    directory: Path,
+    version: int,
+    *,
+    warmup: bool = True,
+    method_name_check: bool = False,
+    batching: BatchingParameters | None = None,
+    batch_hooks: BatchHooks | None = None,
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
     `method_name_check`: TF Serving's --enable_signature_method_name_check
     (classify/regress then need the signature's method_name to say so).
+    `batching`: --enable_batching's parameters (warm-up runs unbatched).
     """
     servable = TensorFlowServable(directory, version, method_name_check=method_name_check)
     if warmup:
         servable.warm_up()
+    if batching is not None:
+        servable.enable_batching(batching, batch_hooks or BatchHooks())
     return servable
