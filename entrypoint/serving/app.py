@@ -73,17 +73,13 @@ def tensorflow_loader(
 def request_threads(config: ServeConfig) -> int:
     """Threads that parse, validate and answer predicts.
 
-    Without batching, --workers (each runs its request in TensorFlow). With
-    batching they mostly wait for their batch while num_batch_threads threads
-    run TensorFlow: enough to fill max_batch_size rows for every batch thread
-    (at one row a request), at least --workers, at most --max-queue (more
-    could never be admitted).
+    Without batching, --workers: each runs its request in TensorFlow. With
+    batching, --max-queue: every admitted request gets a thread, which parses
+    and validates it, then waits in the batch queue while num_batch_threads
+    threads run the batches; so the queue sees every admitted request, and
+    max_enqueued_batches, not the thread count, bounds it.
     """
-    batching = config.batching
-    if batching is None:
-        return config.workers
-    wanted = max(config.workers, batching.num_batch_threads * batching.max_batch_size)
-    return max(1, min(config.max_queue, wanted))
+    return config.workers if config.batching is None else config.max_queue
 
 
 class InferencePool:

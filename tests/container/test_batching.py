@@ -1,0 +1,198 @@
+"""Server-side batching (--enable_batching) in the real image, over REST and gRPC.
+
+Servers run under --cpus 1 (test_grpc.serving); gRPC calls come from TF
+Serving's own stubs in a sidecar (grpc_client.py). The model (make_batch_models.py)
+is a small MLP whose TensorFlow graph refuses values of 1e6 or more, and a
+slow signature that takes about a second whatever its batch size.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.container.dockerkit import Containers
+from tests.container.test_grpc import Server, serving
+
+HERE = Path(__file__).resolve().parent
+QUEUE_FULL = "The batch scheduling queue to which this task was submitted is full"
+BATCHING = """
+max_batch_size { value: 64 }
+batch_timeout_micros { value: 5000 }
+num_batch_threads { value: 1 }
+"""
+TIGHT = """
+max_batch_size { value: 1 }
+max_enqueued_batches { value: 1 }
+num_batch_threads { value: 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("batch-library")
+    root.chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_batch_models.py", "/models"],
+        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    (root / "batching.txt").write_text(BATCHING)
+    (root / "tight.txt").write_text(TIGHT)
+    (root / "bad.txt").write_text("max_batch_size { value: 8 }\nbatch_timeout { value: 1 }\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(containers: Containers, library: Path) -> Iterator[tuple[Server, Server]]:
+    """(batching off, batching on), same model, same flags otherwise."""
+    with (
+        serving(containers, library, "--model_name=mlp") as off,
+        serving(
+            containers,
+            library,
+            "--model_name=mlp",
+            "--enable_batching",
+            "--batching_parameters_file=/models/batching.txt",
+        ) as on,
+    ):
+        yield off, on
+
+
+def rest(server: Server, rows: Any, signature: str = "serving_default") -> tuple[int, Any]:
+    answer = httpx2.post(
+        f"{server.rest}/v1/models/mlp:predict",
+        json={"signature_name": signature, "inputs": {"x": rows}},
+        timeout=60,
+    )
+    return answer.status_code, answer.json()
+
+
+def rest_many(server: Server, requests: Sequence[Any], threads: int = 32) -> list[Any]:
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda rows: rest(server, rows), requests))
+
+
+def random_requests(seed: int, count: int) -> list[list[list[float]]]:
+    rng = random.Random(seed)
+    return [
+        [[round(rng.uniform(-3, 3), 4) for _ in range(4)] for _ in range(rng.randint(1, 6))]
+        for _ in range(count)
+    ]
+
+
+def test_outputs_with_batching_equal_outputs_without(servers: tuple[Server, Server]) -> None:
+    off, on = servers
+    requests = random_requests(15, 160)
+    batches_before = on.metric("serving_batches_total")
+    expected = [rest(off, rows) for rows in requests]  # one at a time: never batched
+    answers = rest_many(on, requests)
+    assert all(status == 200 for status, _ in expected)
+    assert answers == expected
+    assert [len(body["outputs"]["y"]) for _, body in answers] == [len(r) for r in requests]
+    batches = on.metric("serving_batches_total") - batches_before
+    assert 0 < batches < len(requests) / 2, batches  # they were batched
+    assert on.metric("serving_batch_size_sum") >= sum(len(r) for r in requests)
+
+    grpc_requests = random_requests(16, 96)
+    op = {"op": "predict_rows", "model": "mlp", "requests": grpc_requests, "threads": 32}
+    (grpc_on,) = on.grpc(op)
+    (grpc_off,) = off.grpc({**op, "threads": 1})
+    assert [answer[0] for answer in grpc_on["answers"]] == ["OK"] * len(grpc_requests)
+    assert grpc_on["answers"] == grpc_off["answers"]
+
+
+def test_a_bad_request_inside_a_batch_fails_alone(servers: tuple[Server, Server]) -> None:
+    off, on = servers
+    requests: list[Any] = random_requests(17, 60)
+    requests[10] = [[1.0, 2.0, 3.0, 4.0], [1.0, 2e7, 3.0, 4.0]]  # fails in TensorFlow
+    requests[20] = [[1.0, 2.0, 3.0]]  # fails validation (shape)
+    requests[30] = [["a", "b", "c", "d"]]  # fails parsing
+    expected = [rest(off, rows) for rows in requests]
+    answers = rest_many(on, requests)
+    assert answers == expected
+    assert [status for status, _ in answers].count(200) == len(requests) - 3
+    assert expected[10][0] == 400
+    assert "input too large" in expected[10][1]["error"]
+
+
+def test_parameters_file_errors_exit_78_before_serving(
+    containers: Containers, library: Path
+) -> None:
+    ran = containers.run(
+        ["serve", "--model_name=mlp", "--enable_batching",
+         "--batching_parameters_file=/models/bad.txt"],
+        volumes={str(library): {"bind": "/models", "mode": "ro"}},
+        timeout=120,
+    )  # fmt: skip
+    assert ran.exit_code == 78, ran.stderr
+    assert "/models/bad.txt:2:1: " in ran.stderr
+    assert '"batch_timeout"' in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
+    containers: Containers, library: Path
+) -> None:
+    with serving(
+        containers,
+        library,
+        "--model_name=mlp",
+        "--enable_batching",
+        "--batching_parameters_file=/models/tight.txt",
+    ) as server:
+        # One slow request runs, one waits in the only batch allowed, the rest are refused.
+        with ThreadPoolExecutor(5) as pool:
+            futures = []
+            for _ in range(5):
+                futures.append(
+                    pool.submit(
+                        httpx2.post,
+                        f"{server.rest}/v1/models/mlp:predict",
+                        json={"signature_name": "slow", "inputs": {"x": [1.0]}},
+                        timeout=60,
+                    )
+                )
+                time.sleep(0.1)
+            answers = [future.result() for future in futures]
+        statuses = [answer.status_code for answer in answers]
+        assert statuses.count(200) >= 2, statuses
+        refused = [answer for answer in answers if answer.status_code == 503]
+        assert refused, statuses
+        for answer in refused:
+            assert answer.json() == {"error": QUEUE_FULL}
+            assert answer.headers["retry-after"] == "1"
+        assert all(answer.json() == {"outputs": [2.0]} for answer in answers if
+                   answer.status_code == 200)  # fmt: skip
+
+        slow = {"op": "predict_rows", "model": "mlp", "signature": "slow", "requests": [[1.0]]}
+        (grpc,) = server.grpc(
+            {"op": "parallel", "ops": [{**slow, "after": 0.1 * i} for i in range(5)]}
+        )
+        codes = [result["answers"][0][0] for result in grpc["results"]]
+        assert "RESOURCE_EXHAUSTED" in codes, codes
+        assert codes.count("OK") >= 2, codes
+
+        # A request whose deadline passes while it is queued is withdrawn: it never runs.
+        time.sleep(1)
+        before = server.metric("serving_batches_total")
+        (late,) = server.grpc(
+            {
+                "op": "parallel",
+                "ops": [slow, {**slow, "after": 0.2, "timeout": 0.3}],
+            }
+        )
+        first, second = (result["answers"][0] for result in late["results"])
+        assert first[0] == "OK", first
+        assert second[0] == "DEADLINE_EXCEEDED", second
+        time.sleep(1.5)
+        assert server.metric("serving_batches_total") - before == 1
+        assert "Traceback" not in server.logs()
