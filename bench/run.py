@@ -16,7 +16,10 @@ Parts:
   defaults, at several concurrencies (bench/serving.py);
 * swap: a new model version renamed into place while the server is under
   load: requests per second, p50/p99 and errors before, during and after
-  the swap, and how long it took (bench/swap.py).
+  the swap, and how long it took (bench/swap.py);
+* batching: server-side batching on vs off, batch-1 predicts of the MLP and
+  half_plus_two from 1 to 128 connections under --cpus 1 and 2, against the
+  model's in-process throughput and a bare endpoint (bench/batching.py).
 
 Before measuring (not with --quick) it waits until the 1-minute load average
 is below --quiet-load (up to --max-wait seconds, then runs anyway) and
@@ -38,10 +41,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import overhead, report, serving, swap, sweep
+from bench import batching, overhead, report, serving, swap, sweep
 from bench.common import NAMES, REPO, docker, log, machine, wait_for_quiet, write_json
 
-PARTS = ("sweep", "overhead", "serving", "swap")
+PARTS = ("sweep", "overhead", "serving", "swap", "batching")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -104,6 +107,10 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
             client=args.client,
         )
         swap_config = swap.SwapConfig(concurrency=2, baseline=1, after=1, reps=1)
+        batching_config = batching.BatchingConfig(
+            cpus=("1",), concurrencies=(2,), seconds=1, warmup=1, models=("half_plus_two",),
+            client=args.client,
+        )  # fmt: skip
         pairs, rounds, tf_rounds = 2, 3, 1
     else:
         sweep_config = sweep.SweepConfig(
@@ -113,12 +120,14 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
             reps=args.serving_reps, seconds=args.serving_seconds, client=args.client
         )
         swap_config = swap.SwapConfig(reps=args.swap_reps)
+        batching_config = batching.BatchingConfig(client=args.client)
         pairs, rounds, tf_rounds = args.pairs, args.probe_rounds, 5
     return {
         "sweep": lambda: sweep.run_sweep(image, sweep_config),
         "overhead": lambda: overhead.run_overhead(image, pairs, rounds, tf_rounds),
         "serving": lambda: serving.run_serving(image, serving_config),
         "swap": lambda: swap.run_swap(image, swap_config),
+        "batching": lambda: batching.run_batching(image, batching_config),
     }
 
 
