@@ -85,7 +85,7 @@ class BatchingConfig:
     concurrencies: tuple[int, ...] = (1, 8, 32, 128)
     seconds: float = 4.0
     warmup: float = 2.0
-    reps: int = 1
+    reps: int = 2
     models: tuple[str, ...] = MODELS
     client: str = "auto"
 

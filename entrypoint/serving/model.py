@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tf_entrypoint.serving import examples as ex
@@ -270,37 +271,73 @@ def _batchable(signature: p.Signature) -> bool:
 
 def _rows(arguments: Mapping[str, Any]) -> int | None:
     """The rows every input has (its first dimension), or None when they disagree."""
-    counts = {int(value.shape[0]) if value.shape.rank else -1 for value in arguments.values()}
+    counts = {int(value.shape[0]) if len(value.shape) else -1 for value in arguments.values()}
     if len(counts) != 1:
         return None
     (rows,) = counts
     return rows if rows >= 1 else None
 
 
+def _to_numpy(tensor: p.Tensor) -> Any:
+    """A validated REST input as a NumPy array, for the batch queue.
+
+    Floats straight from the values (what tf.constant gives: same rounding,
+    inf and NaN); other dtypes through _to_tf, so that any error is the one
+    the request gets without batching.
+    """
+    if tensor.dtype in ("DT_FLOAT", "DT_DOUBLE"):
+        dtype = np.float32 if tensor.dtype == "DT_FLOAT" else np.float64
+        return np.asarray(tensor.values, dtype=dtype).reshape(tensor.shape)
+    return _to_tf(tensor).numpy()
+
+
+class _Rows:
+    """Some rows of a batched output: what _from_tf and _as_proto_field read of a tensor."""
+
+    __slots__ = ("_array", "dtype")
+
+    def __init__(self, array: Any, dtype: Any) -> None:
+        self._array = array
+        self.dtype = dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape: tuple[int, ...] = self._array.shape
+        return shape
+
+    def numpy(self) -> Any:
+        return self._array
+
+
 class _Unsplittable(Exception):
     """A batch's output has not one row per input row: run the requests alone."""
+
+
+def _run_alone(function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _invoke(function, {key: tf.constant(array) for key, array in arrays.items()})
 
 
 def _run_batch(
     function: Any, payloads: Sequence[Mapping[str, Any]], padded: int
 ) -> list[dict[str, Any]]:
     """One call for every request: inputs concatenated, outputs split back by row count."""
-    counts = [int(next(iter(payload.values())).shape[0]) for payload in payloads]
+    counts = [len(next(iter(payload.values()))) for payload in payloads]
     merged = {}
     for key in payloads[0]:
         parts = [payload[key] for payload in payloads]
         if padded:  # as TensorFlow's batching: copies of the first row
-            parts.append(tf.repeat(parts[0][:1], padded, axis=0))
-        merged[key] = tf.concat(parts, axis=0)
-    outputs = _invoke(function, merged)
+            parts.append(np.repeat(parts[0][:1], padded, axis=0))
+        merged[key] = np.concatenate(parts, axis=0)
+    outputs = _run_alone(function, merged)
     total = sum(counts) + padded
     answers: list[dict[str, Any]] = [{} for _ in payloads]
     for alias, value in outputs.items():
         if value.shape.rank == 0 or int(value.shape[0]) != total:
             raise _Unsplittable(alias)
+        array, dtype = value.numpy(), value.dtype
         start = 0
         for answer, count in zip(answers, counts, strict=True):
-            answer[alias] = value[start : start + count]
+            answer[alias] = _Rows(array[start : start + count], dtype)
             start += count
     return answers
 
@@ -341,26 +378,27 @@ class TensorFlowServable:
         for batcher in batchers:
             batcher.close()
 
-    def _call(self, name: str, function: Any, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Run signature `name` on validated tensors: batched with others when it can be.
+    def _call(self, name: str, function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run signature `name` on validated inputs (NumPy arrays), batched when it can be.
 
-        A request runs alone when batching is off, when the signature has no
-        free batch dimension, when its inputs disagree on the row count, or
-        when it has more rows than max_batch_size.
+        A request runs alone when the signature has no free batch dimension,
+        when its inputs disagree on the row count, or when it has more rows
+        than max_batch_size.
         """
         parameters = self._batching
-        if parameters is None:
-            return _invoke(function, arguments)
-        rows = _rows(arguments)
-        if rows is None or rows > parameters.max_batch_size:
-            return _invoke(function, arguments)
-        batcher = self._batcher(name, function, parameters)
+        rows = _rows(arrays)
+        batcher = None
+        if parameters is not None and rows is not None and rows <= parameters.max_batch_size:
+            batcher = self._batcher(name, function, parameters)
         if batcher is None:
-            return _invoke(function, arguments)
-        key = tuple(
-            sorted((k, v.dtype.name, tuple(v.shape[1:].as_list())) for k, v in arguments.items())
-        )
-        return batcher.submit(key, rows, arguments)
+            return _run_alone(function, arrays)
+        key = tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items()))
+        return batcher.submit(key, rows or 0, arrays)
+
+    def _batched(self, name: str) -> bool:
+        """Whether predicts of signature `name` go through the batch queue."""
+        signature = self._signatures.get(name)
+        return self._batching is not None and signature is not None and _batchable(signature)
 
     def _batcher(
         self, name: str, function: Any, parameters: BatchingParameters
@@ -374,7 +412,7 @@ class TensorFlowServable:
                 batcher = Batcher(
                     parameters,
                     lambda payloads, padded: _run_batch(function, payloads, padded),
-                    lambda payload: _invoke(function, payload),
+                    lambda payload: _run_alone(function, payload),
                     self._batch_hooks,
                     name=f"batch-v{self._version}",
                 )
@@ -400,8 +438,12 @@ class TensorFlowServable:
                 f'Serving signature name: "{signature_name}" not found in signature def'
             )
         try:
-            arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
-            results = self._call(signature_name, function, arguments)
+            if self._batched(signature_name):
+                arrays = {name: _to_numpy(tensor) for name, tensor in inputs.items()}
+                results = self._call(signature_name, function, arrays)
+            else:
+                arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
+                results = _invoke(function, arguments)
         except tf.errors.OpError as err:
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
@@ -454,9 +496,18 @@ class TensorFlowServable:
             except (TypeError, ValueError):
                 raise p.bad_request(f"tensor parsing error: {key}") from None
             p.check_shape(key, tuple(int(d) for d in array.shape), spec, name)
-            arguments[key] = tf.constant(array, dtype=tf.dtypes.as_dtype(proto.dtype))
+            arguments[key] = array
         try:
-            results = self._call(name, function, arguments)
+            if self._batched(name):
+                results = self._call(name, function, arguments)
+            else:
+                results = _invoke(
+                    function,
+                    {
+                        key: tf.constant(array, dtype=tf.dtypes.as_dtype(inputs[key].dtype))
+                        for key, array in arguments.items()
+                    },
+                )
         except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
