@@ -121,8 +121,9 @@ class InferencePool:
         self.metrics.in_flight.inc()
         # The deadline, for a request queued for a batch: withdrawn when it passes.
         deadline = time.monotonic() + timeout if timeout else None
+        expired = f"Request timed out after {timeout:g} s (--request-timeout)"
         try:
-            future = self._executor.submit(run_with_deadline, deadline, work)
+            future = self._executor.submit(run_with_deadline, deadline, work, expired)
         except RuntimeError:  # shut down: the server is stopping
             self._release(None)
             raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
@@ -131,9 +132,7 @@ class InferencePool:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
         except TimeoutError:
             future.cancel()
-            raise p.ApiError(
-                504, f"Request timed out after {timeout:g} s (--request-timeout)"
-            ) from None
+            raise p.ApiError(504, expired) from None
 
     def _release(self, _: object) -> None:
         with self._lock:

@@ -227,13 +227,21 @@ def read_batching_parameters(path: Path, workers: int) -> BatchingParameters:
 _local = threading.local()
 
 
-def run_with_deadline(deadline: float | None, work: Callable[[], R]) -> R:
-    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`."""
-    _local.deadline = deadline
+#: The 504's text for a request withdrawn from the queue, unless the caller set one.
+QUEUED_TOO_LONG = "Request timed out while queued for a batch"
+
+
+def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: str = "") -> R:
+    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`.
+
+    `expired`: the 504's text when the deadline passes while queued (the
+    same as the caller's own timeout answer, whichever comes first).
+    """
+    _local.deadline, _local.expired = deadline, expired
     try:
         return work()
     finally:
-        _local.deadline = None
+        _local.deadline, _local.expired = None, ""
 
 
 def current_deadline() -> float | None:
@@ -367,7 +375,7 @@ class Batcher(Generic[P, R]):
             with self._lock:
                 if not task.started:
                     self._withdraw(task)
-                    raise p.ApiError(504, "Request timed out while queued for a batch")
+                    raise p.ApiError(504, getattr(_local, "expired", "") or QUEUED_TOO_LONG)
             task.done.wait()  # running: TensorFlow cannot be interrupted
         return self._outcome(task)
 

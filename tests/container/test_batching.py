@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers
+from tests.container.dockerkit import Containers, poll, wait
 from tests.container.test_grpc import Server, serving
 
 HERE = Path(__file__).resolve().parent
@@ -224,3 +224,51 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
         time.sleep(1.5)
         assert server.metric("serving_batches_total") - before == 1
         assert "Traceback" not in server.logs()
+
+
+def slow_rest(server: Server, delays: Sequence[float]) -> list[httpx2.Response]:
+    """Slow predicts sent `delays` seconds after the start, each on its own thread."""
+
+    def one(delay: float) -> httpx2.Response:
+        time.sleep(delay)
+        return httpx2.post(
+            f"{server.rest}/v1/models/mlp:predict",
+            json={"signature_name": "slow", "inputs": {"x": [1.0]}},
+            timeout=60,
+        )
+
+    with ThreadPoolExecutor(len(delays)) as pool:
+        return list(pool.map(one, delays))
+
+
+def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
+    containers: Containers, library: Path
+) -> None:
+    params = [
+        "--model_name=mlp",
+        "--enable_batching",
+        "--batching_parameters_file=/models/tight.txt",
+    ]
+    with serving(containers, library, *params, "--request-timeout=0.4") as server:
+        before = server.metric("serving_batches_total")
+        # The first runs about a second (its client gets 504 at 0.4 s); the
+        # second waits for it and its 0.4 s pass in the queue: withdrawn.
+        first, second = slow_rest(server, [0.0, 0.1])
+        assert (first.status_code, second.status_code) == (504, 504)
+        assert "Request timed out after 0.4 s" in second.json()["error"]
+        time.sleep(2)
+        assert server.metric("serving_batches_total") - before == 1  # only the first ran
+        assert server.metric("serving_predict_in_flight") == 0
+
+    with serving(containers, library, *params) as server:
+        with ThreadPoolExecutor(1) as pool:
+            answers = pool.submit(slow_rest, server, [0.0, 0.1])
+            in_flight = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
+            assert poll(in_flight, 30, 0.02), server.logs()
+            server.container.kill(signal="SIGTERM")
+            statuses = [(a.status_code, a.json()) for a in answers.result()]
+        stopped = wait(server.container, 60)
+    assert statuses == [(200, {"outputs": [2.0]})] * 2  # the queued one ran too
+    assert stopped.exit_code == 0, stopped.stderr
+    assert "received SIGTERM: draining" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
