@@ -8,6 +8,7 @@ what TF Serving's metadata shows); execution goes through
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
@@ -366,10 +367,17 @@ class TensorFlowServable:
         self._batch_hooks: BatchHooks | None = None
         self._batchers: dict[str, Batcher[Mapping[str, Any], Mapping[str, Any]]] = {}
         self._batchers_lock = threading.Lock()
+        self._alone = threading.BoundedSemaphore(1)
 
     def enable_batching(self, parameters: BatchingParameters, hooks: BatchHooks) -> None:
         """From now on, predicts of batchable signatures are batched (--enable_batching)."""
+        self._alone = threading.BoundedSemaphore(parameters.num_batch_threads)
         self._batching, self._batch_hooks = parameters, hooks
+
+    def _unbatched(self) -> contextlib.AbstractContextManager[Any]:
+        """Around a call that runs alone: with batching on, request threads are
+        many (--max-queue), so at most num_batch_threads such calls run at once."""
+        return contextlib.nullcontext() if self._batching is None else self._alone
 
     def close(self) -> None:
         """Stop the batch threads (the version is unloading; nothing is in flight)."""
@@ -391,7 +399,8 @@ class TensorFlowServable:
         if parameters is not None and rows is not None and rows <= parameters.max_batch_size:
             batcher = self._batcher(name, function, parameters)
         if batcher is None:
-            return _run_alone(function, arrays)
+            with self._unbatched():
+                return _run_alone(function, arrays)
         key = tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items()))
         return batcher.submit(key, rows or 0, arrays)
 
@@ -443,7 +452,8 @@ class TensorFlowServable:
                 results = self._call(signature_name, function, arrays)
             else:
                 arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
-                results = _invoke(function, arguments)
+                with self._unbatched():
+                    results = _invoke(function, arguments)
         except tf.errors.OpError as err:
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
@@ -501,13 +511,12 @@ class TensorFlowServable:
             if self._batched(name):
                 results = self._call(name, function, arguments)
             else:
-                results = _invoke(
-                    function,
-                    {
-                        key: tf.constant(array, dtype=tf.dtypes.as_dtype(inputs[key].dtype))
-                        for key, array in arguments.items()
-                    },
-                )
+                tensors = {
+                    key: tf.constant(array, dtype=tf.dtypes.as_dtype(inputs[key].dtype))
+                    for key, array in arguments.items()
+                }
+                with self._unbatched():
+                    results = _invoke(function, tensors)
         except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
@@ -549,7 +558,9 @@ class TensorFlowServable:
         if function is None:
             raise p.bad_request(f"No signature was found with the name: {name}")
         try:
-            results = function(**{ex.INPUTS: tf.constant(list(examples), dtype=tf.string)})
+            serialized = tf.constant(list(examples), dtype=tf.string)
+            with self._unbatched():
+                results = function(**{ex.INPUTS: serialized})
         except UnicodeDecodeError:
             # TensorFlow quotes an unparsable example in its message, and its
             # bytes are not UTF-8 text: say which example, as TF Serving's text would.
