@@ -314,3 +314,10 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
         assert calls[-1] == (tmp_path, 1, warmup, check)
+
+
+def test_with_batching_every_admitted_request_gets_a_thread() -> None:
+    off = parse("--workers=2", "--max-queue=40")
+    on = parse("--workers=2", "--max-queue=40", "--enable_batching")
+    assert serving_app.request_threads(off) == 2
+    assert serving_app.request_threads(on) == 40
