@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import REPO, log
 
-PARTS = ("sweep", "overhead", "serving", "swap", "grpc")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
@@ -443,6 +443,50 @@ def _load_range(data: dict[str, Any]) -> str:
     return f"{min(loads):.2f}-{max(loads):.2f}" if loads else "n/a"
 
 
+def batching_markdown(data: dict[str, Any]) -> list[str]:
+    config = data["config"]
+    lines = [
+        "## Server-side batching (`bench/batching.py`)",
+        "",
+        f"Batch-1 predicts (one row per request), `--enable_batching` with TF Serving's "
+        f"default parameters (`on`) against the default server (`off`), both admitting "
+        f"{config['max_queue']} requests; {config['seconds']:g} s per cell, "
+        f"{config['reps']} repetition(s), load generator {config['client']}. `model`: the "
+        "SavedModel called in-process at the mean batch size batching produced at 32 "
+        "connections (rows/s); `bare`: a constant answer from Starlette on uvicorn at 32 "
+        "connections (req/s); both in the same image under the same `--cpus`.",
+        "",
+        "| cpus | model | connections | off: req/s, p50, p99, errors | on: req/s, p50, p99, "
+        "errors | mean batch (rows) | on / off: req/s, p99 | on as a fraction of model, "
+        "bare | goal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def mode(stat: dict[str, float]) -> str:
+        return (
+            f"{num(stat['rps'])}, {stat['p50_ms']:.1f} ms, {stat['p99_ms']:.1f} ms, "
+            f"{int(stat['errors'])}"
+        )
+
+    for cell in data["cells"]:
+        lines.append(
+            f"| {cell['cpus']} | {cell['model']} | {cell['concurrency']} | {mode(cell['off'])} "
+            f"| {mode(cell['on'])} | {cell['on']['mean_batch_rows']:.1f} | "
+            f"{cell['rps_ratio']:.2f}x, {cell['p99_ratio']:.2f}x | {cell['of_model']:.2f}, "
+            f"{cell['of_bare']:.2f} | {cell.get('goal', '')} |"
+        )
+    lines.append("")
+    for result in data["results"]:
+        limits = result["limits"]
+        lines.append(
+            f"- cpus {result['cpus']}, {result['model']}: model in-process "
+            f"{num(limits['model_rows_per_s'])} rows/s at batch {limits['model_batch_rows']}; "
+            f"bare endpoint {num(limits['bare']['rps'])} req/s (p99 "
+            f"{limits['bare']['p99_ms']:.1f} ms)."
+        )
+    return lines
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
@@ -466,6 +510,8 @@ def markdown(parts: dict[str, Any]) -> str:
         lines += [*swap_markdown(parts["swap"]), ""]
     if "grpc" in parts:
         lines += [*grpc_markdown(parts["grpc"]), ""]
+    if "batching" in parts:
+        lines += [*batching_markdown(parts["batching"]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
 

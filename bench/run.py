@@ -21,6 +21,9 @@ Parts:
   and REST (8501) at once, one load client for both protocols, the modes
   taking turns cell by cell: requests per second, p50/p99, server CPU per
   request (bench/grpc_rest.py, bench/protocol_load.py).
+* batching: server-side batching on vs off, batch-1 predicts of the MLP and
+  half_plus_two from 1 to 128 connections under --cpus 1 and 2, against the
+  model's in-process throughput and a bare endpoint (bench/batching.py).
 
 Before measuring (not with --quick) it waits until the 1-minute load average
 is below --quiet-load (up to --max-wait seconds, then runs anyway) and
@@ -42,10 +45,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import grpc_rest, overhead, report, serving, swap, sweep
+from bench import batching, grpc_rest, overhead, report, serving, swap, sweep
 from bench.common import NAMES, REPO, docker, log, machine, wait_for_quiet, write_json
 
-PARTS = ("sweep", "overhead", "serving", "swap", "grpc")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -113,6 +116,10 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
         grpc_config = grpc_rest.GrpcConfig(
             concurrencies=(1, 2), seconds=0.5, warmup=0.3, reps=1, models=("half_plus_two",)
         )
+        batching_config = batching.BatchingConfig(
+            cpus=("1",), concurrencies=(2,), seconds=1, warmup=1, models=("half_plus_two",),
+            client=args.client,
+        )  # fmt: skip
         pairs, rounds, tf_rounds = 2, 3, 1
     else:
         sweep_config = sweep.SweepConfig(
@@ -123,6 +130,7 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
         )
         swap_config = swap.SwapConfig(reps=args.swap_reps)
         grpc_config = grpc_rest.GrpcConfig(reps=args.grpc_reps, seconds=args.grpc_seconds)
+        batching_config = batching.BatchingConfig(client=args.client)
         pairs, rounds, tf_rounds = args.pairs, args.probe_rounds, 5
     return {
         "sweep": lambda: sweep.run_sweep(image, sweep_config),
@@ -130,6 +138,7 @@ def configs(args: argparse.Namespace, image: str) -> dict[str, Callable[[], dict
         "serving": lambda: serving.run_serving(image, serving_config),
         "swap": lambda: swap.run_swap(image, swap_config),
         "grpc": lambda: grpc_rest.run_grpc(image, grpc_config),
+        "batching": lambda: batching.run_batching(image, batching_config),
     }
 
 

@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from tf_entrypoint.serving import monitoring, service
 from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.metrics import Metrics
@@ -49,11 +50,36 @@ _RUNTIME_APIS = {
 
 
 def tensorflow_loader(
-    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+    directory: Path,
+    version: int,
+    *,
+    warmup: bool = True,
+    method_name_check: bool = False,
+    batching: BatchingParameters | None = None,
+    batch_hooks: BatchHooks | None = None,
 ) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-    return model.load(directory, version, warmup=warmup, method_name_check=method_name_check)
+    return model.load(
+        directory,
+        version,
+        warmup=warmup,
+        method_name_check=method_name_check,
+        batching=batching,
+        batch_hooks=batch_hooks,
+    )
+
+
+def request_threads(config: ServeConfig) -> int:
+    """Threads that parse, validate and answer predicts.
+
+    Without batching, --workers: each runs its request in TensorFlow. With
+    batching, --max-queue: every admitted request gets a thread, which parses
+    and validates it, then waits in the batch queue while num_batch_threads
+    threads run the batches; so the queue sees every admitted request, and
+    max_enqueued_batches, not the thread count, bounds it.
+    """
+    return config.workers if config.batching is None else config.max_queue
 
 
 class InferencePool:
@@ -93,8 +119,11 @@ class InferencePool:
                 code="RESOURCE_EXHAUSTED",
             )
         self.metrics.in_flight.inc()
+        # The deadline, for a request queued for a batch: withdrawn when it passes.
+        deadline = time.monotonic() + timeout if timeout else None
+        expired = f"Request timed out after {timeout:g} s (--request-timeout)"
         try:
-            future = self._executor.submit(work)
+            future = self._executor.submit(run_with_deadline, deadline, work, expired)
         except RuntimeError:  # shut down: the server is stopping
             self._release(None)
             raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
@@ -103,9 +132,7 @@ class InferencePool:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
         except TimeoutError:
             future.cancel()
-            raise p.ApiError(
-                504, f"Request timed out after {timeout:g} s (--request-timeout)"
-            ) from None
+            raise p.ApiError(504, expired) from None
 
     def _release(self, _: object) -> None:
         with self._lock:
@@ -323,13 +350,15 @@ def create_app(
     --enable_model_warmup=false, checking Classify/Regress signatures' method
     names with --enable_signature_method_name_check.
     """
+    metrics = Metrics()
     if loader is None:
         loader = functools.partial(
             tensorflow_loader,
             warmup=config.enable_model_warmup,
             method_name_check=config.enable_signature_method_name_check,
+            batching=config.batching,
+            batch_hooks=metrics.batch_hooks(),
         )
-    metrics = Metrics()
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
@@ -340,7 +369,7 @@ def create_app(
         config=config,
         manager=manager,
         metrics=metrics,
-        pool=InferencePool(config.workers, config.max_queue, metrics),
+        pool=InferencePool(request_threads(config), config.max_queue, metrics),
         on_fatal=on_fatal,
     )
     endpoints = _Endpoints(state)

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from tf_entrypoint.serving.batching import BatchingParameters, read_batching_parameters
 from tf_entrypoint.serving.model_config import (
     ConfigError,
     ServingConfig,
@@ -69,6 +70,8 @@ ENV_LOG_LEVEL = "SERVE_LOG_LEVEL"
 ENV_MODEL_CONFIG_FILE = "MODEL_CONFIG_FILE"
 ENV_FILE_SYSTEM_POLL_WAIT = "SERVE_FILE_SYSTEM_POLL_WAIT_SECONDS"
 ENV_MODEL_CONFIG_FILE_POLL_WAIT = "SERVE_MODEL_CONFIG_FILE_POLL_WAIT_SECONDS"
+ENV_ENABLE_BATCHING = "SERVE_ENABLE_BATCHING"
+ENV_BATCHING_PARAMETERS_FILE = "SERVE_BATCHING_PARAMETERS_FILE"
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,9 @@ class ServeConfig:
     enable_signature_method_name_check: bool = False
     #: What that file asks for (no Prometheus page without one).
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    #: TF Serving's --enable_batching: its parameters (from
+    #: --batching_parameters_file, else the defaults); None when off.
+    batching: BatchingParameters | None = None
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -207,11 +213,9 @@ class Flag:
         return self.meaning
 
 
-#: Issue 15 implements TF Serving's server-side batching; until then its flags
-#: accept only "off". To flip one: kind="serve", a meaning, and a ServeConfig field.
-_NO_BATCHING = (
-    "server-side batching is not implemented yet (issue 15); requests run as they come, "
-    "--workers at a time"
+_NO_PER_MODEL_BATCHING = (
+    "per-model batching parameters are not implemented; --batching_parameters_file applies "
+    "to every model"
 )
 _NO_TFLITE = "TensorFlow Lite models are not served; the SavedModel is"
 
@@ -326,11 +330,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("num_request_iterations_for_warmup", "each warm-up record runs once",
          kind="limited", accepts=("0", "1"), why="records are replayed once"),
     # --- batching (issue 15)
-    Flag("enable_batching", "server-side batching", kind="limited", boolean=True,
-         accepts=("false",), why=_NO_BATCHING),
-    Flag("batching_parameters_file", "", kind="limited", accepts=("",), why=_NO_BATCHING),
+    Flag("enable_batching", "server-side batching: concurrent predicts of one model "
+         "version and signature run as one TensorFlow call (README: Server-side batching)",
+         aliases=("enable-batching",), boolean=True, env=ENV_ENABLE_BATCHING, default="false"),
+    Flag("batching_parameters_file", "TF Serving's batching parameters file (text "
+         "BatchingParameters: max_batch_size, batch_timeout_micros, max_enqueued_batches, "
+         "num_batch_threads, allowed_batch_sizes); read with --enable_batching",
+         aliases=("batching-parameters-file",), env=ENV_BATCHING_PARAMETERS_FILE,
+         default="TF Serving's defaults, num_batch_threads = --workers"),
     Flag("enable_per_model_batching_parameters", "", kind="limited", boolean=True,
-         accepts=("false",), why=_NO_BATCHING),
+         accepts=("false",), why=_NO_PER_MODEL_BATCHING),
     # --- monitoring, sizing, logs
     Flag("monitoring_config_file", "TF Serving's monitoring config file (text "
          "MonitoringConfig): 'prometheus_config { enable: true path: "
@@ -654,6 +663,19 @@ def parse_config(
     prometheus = (
         MonitoringConfig() if monitoring_file is None else read_monitoring_config(monitoring_file)
     )
+    batching = None
+    batching_file = values.get("batching_parameters_file", _path, None)
+    if values.get("enable_batching", _boolean, False):
+        batching = (
+            BatchingParameters(num_batch_threads=workers)
+            if batching_file is None
+            else read_batching_parameters(Path(batching_file), workers)
+        )
+    elif batching_file is not None:
+        notes.append(
+            f"the batching parameters file {batching_file} is ignored: batching is off "
+            "(--enable_batching, SERVE_ENABLE_BATCHING)"
+        )
     if prometheus.prometheus_path is not None and rest_port == 0:
         notes.append(
             f"the monitoring config file {monitoring_file} enables the Prometheus page "
@@ -681,6 +703,7 @@ def parse_config(
         budget=budget,
         monitoring_config_file=monitoring_file,
         monitoring=prometheus,
+        batching=batching,
         grpc_socket_path=socket_path,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
         enable_signature_method_name_check=values.get(

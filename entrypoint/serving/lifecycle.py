@@ -442,7 +442,11 @@ class Manager:
         with self._lock:
             if version.state != UNLOADING:
                 return
+            servable = version.servable
             version.state, version.servable, version.metadata = END, None, b""
+        close = getattr(servable, "close", None)  # the TensorFlow servable's batch threads
+        if close is not None:
+            close()
         self._collect = True
         self._events.version_unloaded(version.model)
         log.info("model %r version %d unloaded", version.model, version.number)

@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from tf_entrypoint.serving.batching import BatchHooks
 from tf_entrypoint.serving.monitoring import TFServingMetrics
 
 #: Seconds; from a cache-hot tiny model to a request that hits the timeout.
@@ -36,6 +37,8 @@ LATENCY_BUCKETS = (
 )
 #: Seconds to load (and warm up) a version: from a tiny model to a large one.
 LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: Rows in one batched TensorFlow call (padding included).
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 #: Values of the `api` label: a fixed set, whatever URLs clients send.
 APIS = ("predict", "metadata", "status", "health", "metrics", "other")
 
@@ -108,6 +111,30 @@ class Metrics:
         )
         self.max_queue = Gauge(
             "serving_max_queue", "Predict requests admitted before 503.", registry=r
+        )
+        self.batch_size = Histogram(
+            "serving_batch_size",
+            "Rows per batched TensorFlow call (--enable_batching), padding included.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "serving_batch_requests",
+            "Requests per batched TensorFlow call (--enable_batching).",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batch_queue_delay = Histogram(
+            "serving_batch_queue_delay_seconds",
+            "Time a request waited in the batch queue before its batch ran.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batches = Counter("serving_batches", "Batches run (--enable_batching).", registry=r)
+        self.batch_padded_rows = Counter(
+            "serving_batch_padded_rows",
+            "Rows added to batches to reach an allowed_batch_sizes size.",
+            registry=r,
         )
         self.model_version = Gauge(
             "serving_model_version",
@@ -230,6 +257,18 @@ class Metrics:
         warmup_records: int,
     ) -> None:
         self.tfserving.saved_model_loaded(path, ok, load_seconds, warmup_seconds, warmup_records)
+
+    def batch_hooks(self) -> BatchHooks:
+        """What the batchers report to."""
+
+        def batch_run(rows: int, padded: int, tasks: int) -> None:
+            self.batches.inc()
+            self.batch_size.observe(rows)
+            self.batch_requests.observe(tasks)
+            if padded:
+                self.batch_padded_rows.inc(padded)
+
+        return BatchHooks(batch_run=batch_run, queued=self.batch_queue_delay.observe)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

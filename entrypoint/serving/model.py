@@ -8,18 +8,22 @@ what TF Serving's metadata shows); execution goes through
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.batching import Batcher, BatchHooks, BatchingParameters
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -249,6 +253,96 @@ def _unparsable(examples: Sequence[bytes]) -> str:
     return "Could not parse example input"
 
 
+def _invoke(function: Any, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Run a signature function; its outputs by alias."""
+    results = function(**arguments)
+    if not isinstance(results, Mapping):
+        return {"output_0": results}
+    outputs: Mapping[str, Any] = results
+    return outputs
+
+
+def _batchable(signature: p.Signature) -> bool:
+    """Whether every input and output has a free leading (batch) dimension."""
+    specs = (*signature.inputs.values(), *signature.outputs.values())
+    return bool(signature.inputs) and all(
+        spec.shape is not None and len(spec.shape) >= 1 and spec.shape[0] == -1 for spec in specs
+    )
+
+
+def _rows(arguments: Mapping[str, Any]) -> int | None:
+    """The rows every input has (its first dimension), or None when they disagree."""
+    counts = {int(value.shape[0]) if len(value.shape) else -1 for value in arguments.values()}
+    if len(counts) != 1:
+        return None
+    (rows,) = counts
+    return rows if rows >= 1 else None
+
+
+def _to_numpy(tensor: p.Tensor) -> Any:
+    """A validated REST input as a NumPy array, for the batch queue.
+
+    Floats straight from the values (what tf.constant gives: same rounding,
+    inf and NaN); other dtypes through _to_tf, so that any error is the one
+    the request gets without batching.
+    """
+    if tensor.dtype in ("DT_FLOAT", "DT_DOUBLE"):
+        dtype = np.float32 if tensor.dtype == "DT_FLOAT" else np.float64
+        return np.asarray(tensor.values, dtype=dtype).reshape(tensor.shape)
+    return _to_tf(tensor).numpy()
+
+
+class _Rows:
+    """Some rows of a batched output: what _from_tf and _as_proto_field read of a tensor."""
+
+    __slots__ = ("_array", "dtype")
+
+    def __init__(self, array: Any, dtype: Any) -> None:
+        self._array = array
+        self.dtype = dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape: tuple[int, ...] = self._array.shape
+        return shape
+
+    def numpy(self) -> Any:
+        return self._array
+
+
+class _Unsplittable(Exception):
+    """A batch's output has not one row per input row: run the requests alone."""
+
+
+def _run_alone(function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _invoke(function, {key: tf.constant(array) for key, array in arrays.items()})
+
+
+def _run_batch(
+    function: Any, payloads: Sequence[Mapping[str, Any]], padded: int
+) -> list[dict[str, Any]]:
+    """One call for every request: inputs concatenated, outputs split back by row count."""
+    counts = [len(next(iter(payload.values()))) for payload in payloads]
+    merged = {}
+    for key in payloads[0]:
+        parts = [payload[key] for payload in payloads]
+        if padded:  # as TensorFlow's batching: copies of the first row
+            parts.append(np.repeat(parts[0][:1], padded, axis=0))
+        merged[key] = np.concatenate(parts, axis=0)
+    outputs = _run_alone(function, merged)
+    total = sum(counts) + padded
+    answers: list[dict[str, Any]] = [{} for _ in payloads]
+    for alias, value in outputs.items():
+        if value.shape.rank == 0 or int(value.shape[0]) != total:
+            raise _Unsplittable(alias)
+        array, dtype = value.numpy(), value.dtype
+        start = 0
+        for answer, count in zip(answers, counts, strict=True):
+            answer[alias] = _Rows(array[start : start + count], dtype)
+            start += count
+    return answers
+
+
 class TensorFlowServable:
     """One version of a SavedModel, loaded and ready to run."""
 
@@ -269,6 +363,70 @@ class TensorFlowServable:
         missing = sorted(set(self._functions) - set(self._signatures))
         if missing:
             log.warning("signatures without a SignatureDef are not served: %s", missing)
+        self._batching: BatchingParameters | None = None
+        self._batch_hooks: BatchHooks | None = None
+        self._batchers: dict[str, Batcher[Mapping[str, Any], Mapping[str, Any]]] = {}
+        self._batchers_lock = threading.Lock()
+        self._alone = threading.BoundedSemaphore(1)
+
+    def enable_batching(self, parameters: BatchingParameters, hooks: BatchHooks) -> None:
+        """From now on, predicts of batchable signatures are batched (--enable_batching)."""
+        self._alone = threading.BoundedSemaphore(parameters.num_batch_threads)
+        self._batching, self._batch_hooks = parameters, hooks
+
+    def _unbatched(self) -> contextlib.AbstractContextManager[Any]:
+        """Around a call that runs alone: with batching on, request threads are
+        many (--max-queue), so at most num_batch_threads such calls run at once."""
+        return contextlib.nullcontext() if self._batching is None else self._alone
+
+    def close(self) -> None:
+        """Stop the batch threads (the version is unloading; nothing is in flight)."""
+        with self._batchers_lock:
+            batchers, self._batchers, self._batching = list(self._batchers.values()), {}, None
+        for batcher in batchers:
+            batcher.close()
+
+    def _call(self, name: str, function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run signature `name` on validated inputs (NumPy arrays), batched when it can be.
+
+        A request runs alone when the signature has no free batch dimension,
+        when its inputs disagree on the row count, or when it has more rows
+        than max_batch_size.
+        """
+        parameters = self._batching
+        rows = _rows(arrays)
+        batcher = None
+        if parameters is not None and rows is not None and rows <= parameters.max_batch_size:
+            batcher = self._batcher(name, function, parameters)
+        if batcher is None:
+            with self._unbatched():
+                return _run_alone(function, arrays)
+        key = tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items()))
+        return batcher.submit(key, rows or 0, arrays)
+
+    def _batched(self, name: str) -> bool:
+        """Whether predicts of signature `name` go through the batch queue."""
+        signature = self._signatures.get(name)
+        return self._batching is not None and signature is not None and _batchable(signature)
+
+    def _batcher(
+        self, name: str, function: Any, parameters: BatchingParameters
+    ) -> Batcher[Mapping[str, Any], Mapping[str, Any]] | None:
+        signature = self._signatures.get(name)
+        if signature is None or not _batchable(signature):
+            return None
+        with self._batchers_lock:
+            batcher = self._batchers.get(name)
+            if batcher is None and self._batching is not None:
+                batcher = Batcher(
+                    parameters,
+                    lambda payloads, padded: _run_batch(function, payloads, padded),
+                    lambda payload: _run_alone(function, payload),
+                    self._batch_hooks,
+                    name=f"batch-v{self._version}",
+                )
+                self._batchers[name] = batcher
+            return batcher
 
     @property
     def version(self) -> int:
@@ -289,16 +447,19 @@ class TensorFlowServable:
                 f'Serving signature name: "{signature_name}" not found in signature def'
             )
         try:
-            arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
-            results = function(**arguments)
+            if self._batched(signature_name):
+                arrays = {name: _to_numpy(tensor) for name, tensor in inputs.items()}
+                results = self._call(signature_name, function, arrays)
+            else:
+                arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
+                with self._unbatched():
+                    results = _invoke(function, arguments)
         except tf.errors.OpError as err:
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
             raise p.ApiError(status, message) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        if not isinstance(results, Mapping):
-            results = {"output_0": results}
         return {name: _from_tf(name, value) for name, value in results.items()}
 
     def predict_protos(
@@ -348,17 +509,23 @@ class TensorFlowServable:
             except (TypeError, ValueError):
                 raise p.bad_request(f"tensor parsing error: {key}") from None
             p.check_shape(key, tuple(int(d) for d in array.shape), spec, name)
-            arguments[key] = tf.constant(array, dtype=tf.dtypes.as_dtype(proto.dtype))
+            arguments[key] = array
         try:
-            results = function(**arguments)
+            if self._batched(name):
+                results = self._call(name, function, arguments)
+            else:
+                tensors = {
+                    key: tf.constant(array, dtype=tf.dtypes.as_dtype(inputs[key].dtype))
+                    for key, array in arguments.items()
+                }
+                with self._unbatched():
+                    results = _invoke(function, tensors)
         except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
             status = _HTTP_STATUS.get(int(err.error_code), 500)
             message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
             raise p.ApiError(status, message, code=p.code_name(int(err.error_code))) from None
         except (TypeError, ValueError) as err:  # arguments the function cannot bind
             raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        if not isinstance(results, Mapping):
-            results = {"output_0": results}
         wanted = list(output_filter) or sorted(results)
         return name, {alias: _as_proto_field(alias, results[alias]) for alias in wanted}
 
@@ -394,7 +561,9 @@ class TensorFlowServable:
         if function is None:
             raise p.bad_request(f"No signature was found with the name: {name}")
         try:
-            results = function(**{ex.INPUTS: tf.constant(list(examples), dtype=tf.string)})
+            serialized = tf.constant(list(examples), dtype=tf.string)
+            with self._unbatched():
+                results = function(**{ex.INPUTS: serialized})
         except UnicodeDecodeError:
             # TensorFlow quotes an unparsable example in its message, and its
             # bytes are not UTF-8 text: say which example, as TF Serving's text would.
@@ -511,14 +680,23 @@ class TensorFlowServable:
 
 
 def load(
-    directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+    directory: Path,
+    version: int,
+    *,
+    warmup: bool = True,
+    method_name_check: bool = False,
+    batching: BatchingParameters | None = None,
+    batch_hooks: BatchHooks | None = None,
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
     `method_name_check`: TF Serving's --enable_signature_method_name_check
     (classify/regress then need the signature's method_name to say so).
+    `batching`: --enable_batching's parameters (warm-up runs unbatched).
     """
     servable = TensorFlowServable(directory, version, method_name_check=method_name_check)
     if warmup:
         servable.warm_up()
+    if batching is not None:
+        servable.enable_batching(batching, batch_hooks or BatchHooks())
     return servable

@@ -93,6 +93,7 @@ def _describe(config: ServeConfig) -> str:
         f"{config.max_queue} predicts admitted, bodies up to {config.max_body_bytes} bytes, "
         f"{config.grace_period:g} s grace on SIGTERM"
         + ("" if config.enable_model_warmup else "; no warm-up (--enable_model_warmup=false)")
+        + ("" if config.batching is None else "; " + config.batching.describe())
     )
 
 

@@ -164,6 +164,24 @@ def op_predict_many(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return {"code": "OK", "answers": answers}
 
 
+def op_predict_rows(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """op["requests"] (each a list of rows for input "x") at once on op["threads"] threads."""
+
+    def one(rows: list[Any]) -> list[Any]:
+        request = predict_pb2.PredictRequest()
+        spec(request, op)
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.array(rows, dtype="float32")))
+        code, message, response = call(stubs.predictions.Predict, request, op.get("timeout", 60))
+        if response is None:
+            return [code, message, None]
+        outputs = {k: tf.make_ndarray(v).tolist() for k, v in response.outputs.items()}
+        return [code, message, outputs]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=op.get("threads", 32)) as pool:
+        answers = list(pool.map(one, op["requests"]))
+    return {"code": "OK", "answers": answers}
+
+
 def _numpy(dtype: str, values: list[Any]) -> Any:
     if dtype == "string":
         return np.array(values, dtype=object)
@@ -288,6 +306,7 @@ OPERATIONS = {
     "parallel": op_parallel,
     "predict": op_predict,
     "predict_many": op_predict_many,
+    "predict_rows": op_predict_rows,
     "dtypes": op_dtypes,
     "metadata": op_metadata,
     "status": op_status,

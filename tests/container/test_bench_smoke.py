@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench import grpc_rest, serving, sweep
+from bench import batching, grpc_rest, serving, sweep
 from tests.container.dockerkit import REPO
 
 
@@ -172,6 +172,19 @@ def test_grpc_has_every_cell(quick_run: Path) -> None:
     assert _number(data["cells"][1]["channels_vs_grpc"]["rps"]["median"])
 
 
+def test_batching_has_every_cell(quick_run: Path) -> None:
+    data = json.loads((quick_run / "batching.json").read_text())
+    (cell,) = data["cells"]
+    assert (cell["cpus"], cell["model"], cell["concurrency"]) == ("1", "half_plus_two", 2)
+    for mode in batching.MODES:
+        assert cell[mode]["rps"] > 0
+        assert _number(cell[mode]["p99_ms"])
+    assert cell["on"]["mean_batch_rows"] >= 1
+    (result,) = data["results"]
+    assert result["limits"]["model_rows_per_s"] > 0
+    assert result["limits"]["bare"]["rps"] > 0
+
+
 def test_report_renders(quick_run: Path) -> None:
     text = (quick_run / "results.md").read_text()
     for heading in (
@@ -180,5 +193,6 @@ def test_report_renders(quick_run: Path) -> None:
         "## Serving under load",
         "## A version swap under load",
         "## gRPC vs REST",
+        "## Server-side batching",
     ):
         assert heading in text

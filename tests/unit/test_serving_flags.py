@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import types
 from pathlib import Path
@@ -22,6 +23,7 @@ from tf_entrypoint.serving.config import (
     parse_config,
     read_flags,
 )
+from tf_entrypoint.serving.model_config import ConfigError
 
 HERE = Path(__file__).resolve().parent
 README = (HERE.parents[1] / "README.md").read_text()
@@ -153,11 +155,36 @@ def test_what_this_server_does_anyway_is_accepted(flag: Flag) -> None:
         parse(f"--{flag.name}={value}")
 
 
-def test_batching_is_refused_until_issue_15() -> None:
-    with pytest.raises(UsageError, match=r"^--enable_batching is not supported: server-side "
-                       r"batching is not implemented yet \(issue 15\)"):  # fmt: skip
-        parse("--enable_batching")
-    assert parse("--enable_batching=false").notes == ()
+def test_batching_is_off_by_default_and_on_with_the_flag_or_variable(tmp_path: Path) -> None:
+    assert parse().batching is None
+    on = parse("--enable_batching", "--workers=3").batching
+    assert on is not None
+    assert (on.num_batch_threads, on.max_batch_size, on.batch_timeout_micros) == (3, 1000, 0)
+    assert (on.max_enqueued_batches, on.allowed_batch_sizes, on.source) == (10, (), None)
+    assert parse_config([], {"SERVE_ENABLE_BATCHING": "true"}, BUDGET).batching is not None
+    assert parse_config([], {"SERVE_ENABLE_BATCHING": "false"}, BUDGET).batching is None
+    params = tmp_path / "batching.txt"
+    params.write_text("max_batch_size { value: 64 }\nallowed_batch_sizes: 16\n"
+                      "allowed_batch_sizes: 64\n")  # fmt: skip
+    from_file = parse("--enable_batching", f"--batching_parameters_file={params}").batching
+    assert from_file is not None
+    assert (from_file.max_batch_size, from_file.allowed_batch_sizes) == (64, (16, 64))
+    env = {"SERVE_ENABLE_BATCHING": "1", "SERVE_BATCHING_PARAMETERS_FILE": str(params)}
+    from_env = parse_config([], env, BUDGET).batching
+    assert from_env is not None
+    assert from_env.source == params
+    ignored = parse(f"--batching_parameters_file={params}")
+    assert ignored.batching is None
+    assert any("is ignored: batching is off" in note for note in ignored.notes)
+
+
+def test_a_bad_batching_parameters_file_is_a_config_error(tmp_path: Path) -> None:
+    params = tmp_path / "batching.txt"
+    params.write_text("max_batch_size { value: 8 }\nmax_batch_sise { value: 8 }\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(params))}:2:1: .*max_batch_sise"):
+        parse("--enable_batching", f"--batching_parameters_file={params}")
+    with pytest.raises(ConfigError, match="cannot read the batching parameters file"):
+        parse("--enable_batching", f"--batching_parameters_file={tmp_path / 'none'}")
 
 
 @pytest.mark.parametrize(
@@ -260,7 +287,13 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
     def load(
-        directory: Path, version: int, *, warmup: bool = True, method_name_check: bool = False
+        directory: Path,
+        version: int,
+        *,
+        warmup: bool = True,
+        method_name_check: bool = False,
+        batching: object = None,
+        batch_hooks: object = None,
     ) -> object:
         calls.append((directory, version, warmup, method_name_check))
         return object()
@@ -281,3 +314,10 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
         assert calls[-1] == (tmp_path, 1, warmup, check)
+
+
+def test_with_batching_every_admitted_request_gets_a_thread() -> None:
+    off = parse("--workers=2", "--max-queue=40")
+    on = parse("--workers=2", "--max-queue=40", "--enable_batching")
+    assert serving_app.request_threads(off) == 2
+    assert serving_app.request_threads(on) == 40

@@ -1,0 +1,477 @@
+"""Server-side batching: TF Serving's `--enable_batching`, without TensorFlow.
+
+Concurrent predicts for the same model version and signature whose inputs
+agree in every dimension but the first are queued and run as one call. This
+module holds the queue (:class:`Batcher`) and TF Serving's parameters file
+(:func:`read_batching_parameters`); how tensors are concatenated and split is
+the caller's (:mod:`tf_entrypoint.serving.model`), so the batcher can be
+tested on plain lists.
+
+The queue follows TensorFlow's shared batch scheduler: a batch stays open
+while it has room (`max_batch_size` rows) and is closed when it is full, when
+a request with other shapes arrives, or when `batch_timeout_micros` has passed
+since its first request; `num_batch_threads` threads take batches in order.
+With the default timeout 0 a free thread takes the open batch at once, so a
+lone request waits for nothing, and requests arriving while the threads are
+busy gather into the next batch. At most `max_enqueued_batches` batches
+(open or waiting) exist; a request that would need another gets
+:data:`QUEUE_FULL`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.model_config import ConfigError
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+#: TF Serving's defaults (TensorFlow's BasicBatchScheduler / SharedBatchScheduler
+#: QueueOptions); num_batch_threads defaults to --workers (the CPU budget).
+DEFAULT_MAX_BATCH_SIZE = 1000
+DEFAULT_BATCH_TIMEOUT_MICROS = 0
+DEFAULT_MAX_ENQUEUED_BATCHES = 10
+#: TensorFlow's text when a batch queue is full (shared_batch_scheduler.h).
+QUEUE_FULL = "The batch scheduling queue to which this task was submitted is full"
+
+
+@dataclass(frozen=True)
+class BatchingParameters:
+    """TF Serving's BatchingParameters (session_bundle_config.proto), as served here."""
+
+    num_batch_threads: int
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    batch_timeout_micros: int = DEFAULT_BATCH_TIMEOUT_MICROS
+    max_enqueued_batches: int = DEFAULT_MAX_ENQUEUED_BATCHES
+    allowed_batch_sizes: tuple[int, ...] = ()
+    #: The file they were read from, or None for the defaults.
+    source: Path | None = None
+
+    def padded_size(self, rows: int) -> int:
+        """The rows a batch of `rows` runs with: the next allowed size, or `rows`."""
+        for size in self.allowed_batch_sizes:
+            if size >= rows:
+                return size
+        return rows
+
+    def describe(self) -> str:
+        allowed = ",".join(map(str, self.allowed_batch_sizes)) or "any"
+        return (
+            f"batching on ({self.source or 'defaults'}): max_batch_size {self.max_batch_size}, "
+            f"batch_timeout_micros {self.batch_timeout_micros}, max_enqueued_batches "
+            f"{self.max_enqueued_batches}, num_batch_threads {self.num_batch_threads}, "
+            f"allowed_batch_sizes {allowed}"
+        )
+
+
+# -- the parameters file
+
+
+def _message_class() -> Any:
+    """BatchingParameters' class, built from session_bundle_config.proto's definition."""
+    from google.protobuf import (  # noqa: PLC0415 - only when a file is given
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+        wrappers_pb2,
+    )
+
+    field = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/servables/tensorflow/session_bundle_config.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+    message = proto.message_type.add(name="BatchingParameters")
+    wrapped = (
+        ("max_batch_size", 1, "Int64Value"),
+        ("batch_timeout_micros", 2, "Int64Value"),
+        ("max_enqueued_batches", 3, "Int64Value"),
+        ("num_batch_threads", 4, "Int64Value"),
+        ("thread_pool_name", 5, "StringValue"),
+        ("enable_large_batch_splitting", 8, "BoolValue"),
+        ("max_execution_batch_size", 9, "Int64Value"),
+    )
+    for name, number, kind in wrapped:
+        message.field.add(
+            name=name, number=number, type=field.TYPE_MESSAGE, label=field.LABEL_OPTIONAL,
+            type_name=f".google.protobuf.{kind}",
+        )  # fmt: skip
+    message.field.add(
+        name="allowed_batch_sizes", number=6, type=field.TYPE_INT64, label=field.LABEL_REPEATED
+    )
+    message.field.add(
+        name="pad_variable_length_inputs", number=7, type=field.TYPE_BOOL,
+        label=field.LABEL_OPTIONAL,
+    )  # fmt: skip
+    pool = descriptor_pool.DescriptorPool()  # its own: never clashes with a real _pb2
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
+    )
+
+
+def _field_line(text: str, name: str) -> int | None:
+    """The 1-based line where field `name` is set (comments and strings skipped)."""
+    for number, line in enumerate(text.split("\n"), start=1):
+        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|#.*', "", line)
+        if re.search(rf"\b{re.escape(name)}\s*[:{{<]", code):
+            return number
+    return None
+
+
+#: Fields TF Serving reads that this server does not implement, and why.
+_REFUSED = {
+    "thread_pool_name": "shared batch thread pools are not implemented: each model version "
+    "runs its batches on its own num_batch_threads threads",
+    "enable_large_batch_splitting": "large batch splitting is not implemented: a request "
+    "larger than max_batch_size runs alone, unbatched",
+    "max_execution_batch_size": "it goes with enable_large_batch_splitting, which is not "
+    "implemented",
+    "pad_variable_length_inputs": "padding inputs of different lengths is not implemented: "
+    "requests whose non-batch dimensions differ go into different batches",
+}
+
+
+def parse_batching_parameters(text: str, path: Path, workers: int) -> BatchingParameters:
+    """BatchingParameters from the text of TF Serving's --batching_parameters_file.
+
+    Raises ConfigError naming the file, line and field for a syntax error,
+    an unknown field, a value out of range or a field this server does not
+    implement (never silently ignored).
+    """
+    from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
+
+    message = _message_class()()
+    try:
+        text_format.Parse(text, message)
+    except text_format.ParseError as err:
+        line, column = err.GetLine(), err.GetColumn()
+        detail = str(err)
+        if line is not None:
+            detail = re.sub(r"^\d+:\d+ : ", "", detail)
+            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
+        raise ConfigError(f"{path}: {detail}") from None
+
+    def fail(name: str, problem: str) -> ConfigError:
+        line = _field_line(text, name)
+        return ConfigError(f"{path}:{line}: {name}: {problem}" if line else f"{path}: {name}: "
+                           f"{problem}")  # fmt: skip
+
+    refused = {
+        "thread_pool_name": message.HasField("thread_pool_name"),
+        "enable_large_batch_splitting": message.enable_large_batch_splitting.value,
+        "max_execution_batch_size": message.HasField("max_execution_batch_size"),
+        "pad_variable_length_inputs": message.pad_variable_length_inputs,
+    }
+    for name, present in refused.items():
+        if present:
+            raise fail(name, f"not supported: {_REFUSED[name]}")
+
+    def value(name: str, default: int, least: int) -> int:
+        if not message.HasField(name):
+            return default
+        number = int(getattr(message, name).value)
+        if number < least:
+            raise fail(name, f"{number} is out of range: expected a whole number from {least}")
+        return number
+
+    max_batch_size = value("max_batch_size", DEFAULT_MAX_BATCH_SIZE, 1)
+    allowed = tuple(int(size) for size in message.allowed_batch_sizes)
+    if allowed:
+        for before, after in zip((0, *allowed), allowed, strict=False):
+            if after <= before:
+                raise fail(
+                    "allowed_batch_sizes",
+                    f"{list(allowed)}: expected positive sizes in increasing order",
+                )
+        if allowed[-1] != max_batch_size:  # TF Serving's check and words
+            raise fail(
+                "allowed_batch_sizes",
+                "Last entry in allowed_batch_sizes must match max_batch_size; last entry "
+                f"was {allowed[-1]}; expected {max_batch_size}",
+            )
+    return BatchingParameters(
+        num_batch_threads=value("num_batch_threads", workers, 1),
+        max_batch_size=max_batch_size,
+        batch_timeout_micros=value("batch_timeout_micros", DEFAULT_BATCH_TIMEOUT_MICROS, 0),
+        max_enqueued_batches=value("max_enqueued_batches", DEFAULT_MAX_ENQUEUED_BATCHES, 1),
+        allowed_batch_sizes=allowed,
+        source=path,
+    )
+
+
+def read_batching_parameters(path: Path, workers: int) -> BatchingParameters:
+    """parse_batching_parameters() of the file at `path`; ConfigError if it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(f"{path}: cannot read the batching parameters file: {reason}") from None
+    return parse_batching_parameters(text, path, workers)
+
+
+# -- deadlines: the request timeout counts time queued for a batch
+
+_local = threading.local()
+
+
+#: The 504's text for a request withdrawn from the queue, unless the caller set one.
+QUEUED_TOO_LONG = "Request timed out while queued for a batch"
+
+
+def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: str = "") -> R:
+    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`.
+
+    `expired`: the 504's text when the deadline passes while queued (the
+    same as the caller's own timeout answer, whichever comes first).
+    """
+    _local.deadline, _local.expired = deadline, expired
+    try:
+        return work()
+    finally:
+        _local.deadline, _local.expired = None, ""
+
+
+def current_deadline() -> float | None:
+    deadline: float | None = getattr(_local, "deadline", None)
+    return deadline
+
+
+# -- the queue
+
+
+class _Task(Generic[P]):
+    __slots__ = ("done", "enqueued", "error", "payload", "result", "rows", "started")
+
+    def __init__(self, payload: P, rows: int) -> None:
+        self.payload = payload
+        self.rows = rows
+        self.enqueued = time.monotonic()
+        self.started = False
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class _Batch(Generic[P]):
+    __slots__ = ("created", "key", "rows", "tasks")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.tasks: list[_Task[P]] = []
+        self.rows = 0
+        self.created = time.monotonic()
+
+
+@dataclass(frozen=True)
+class BatchHooks:
+    """Where a batcher reports: rows run (with padding), padded rows, queueing delay."""
+
+    batch_run: Callable[[int, int, int], None] = lambda rows, padded, tasks: None
+    queued: Callable[[float], None] = lambda seconds: None
+
+
+class Batcher(Generic[P, R]):
+    """One queue and its threads, for one model version and signature.
+
+    `run_batch(payloads, padded_rows)` runs a batch and returns one result per
+    payload (padding: `padded_rows` extra rows, which the caller adds and
+    drops); if it raises, each payload is run again alone with
+    `run_one(payload)`, so that only the request that fails gets an error.
+    """
+
+    def __init__(
+        self,
+        parameters: BatchingParameters,
+        run_batch: Callable[[Sequence[P], int], Sequence[R]],
+        run_one: Callable[[P], R],
+        hooks: BatchHooks | None = None,
+        name: str = "batch",
+    ) -> None:
+        self.parameters = parameters
+        self._run_batch = run_batch
+        self._run_one = run_one
+        self._hooks = hooks or BatchHooks()
+        self._lock = threading.Condition()
+        self._open: dict[Hashable, _Batch[P]] = {}
+        self._ready: deque[_Batch[P]] = deque()
+        self._stopping = False
+        #: Batches running now (on the batch threads or inline), at most num_batch_threads.
+        self._busy = 0
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-{index}", daemon=True)
+            for index in range(parameters.num_batch_threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, key: Hashable, rows: int, payload: P, deadline: float | None = None) -> R:
+        """Queue `payload` (`rows` rows) with others of the same `key`; its result.
+
+        Blocks until its batch has run. Raises ApiError 503 when the queue is
+        full or the batcher is closed, 504 when `deadline` (default: the
+        calling request's) passes while it is still queued (it is withdrawn),
+        and whatever its run raised.
+        """
+        if deadline is None:
+            deadline = current_deadline()
+        task = _Task(payload, rows)
+        limit = self.parameters.max_batch_size
+        with self._lock:
+            if self._stopping:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            # Nothing queued, a batch thread's share free, no timeout to wait
+            # for: run here and now, saving two thread switches.
+            inline = (
+                self.parameters.batch_timeout_micros == 0
+                and not self._open
+                and not self._ready
+                and self._busy < self.parameters.num_batch_threads
+            )
+            if inline:
+                self._busy += 1
+                task.started = True
+        if inline:
+            try:
+                self._execute([task], rows)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify()
+            return self._outcome(task)
+        with self._lock:
+            if self._stopping:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            batch = self._open.get(key)
+            if batch is not None and batch.rows + rows > limit:
+                self._close(batch)
+                batch = None
+            if batch is None:
+                if len(self._open) + len(self._ready) >= self.parameters.max_enqueued_batches:
+                    raise p.ApiError(
+                        503, QUEUE_FULL, {"Retry-After": "1"}, code="RESOURCE_EXHAUSTED"
+                    )
+                batch = _Batch(key)
+                self._open[key] = batch
+            batch.tasks.append(task)
+            batch.rows += rows
+            if batch.rows >= limit:
+                self._close(batch)
+            self._lock.notify()
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not task.done.wait(remaining):
+            with self._lock:
+                if not task.started:
+                    self._withdraw(task)
+                    raise p.ApiError(504, getattr(_local, "expired", "") or QUEUED_TOO_LONG)
+            task.done.wait()  # running: TensorFlow cannot be interrupted
+        return self._outcome(task)
+
+    @staticmethod
+    def _outcome(task: _Task[P]) -> R:
+        if task.error is not None:
+            raise task.error
+        result: R = task.result
+        return result
+
+    def _close(self, batch: _Batch[P]) -> None:
+        if self._open.get(batch.key) is batch:
+            del self._open[batch.key]
+            self._ready.append(batch)
+
+    def _withdraw(self, task: _Task[P]) -> None:
+        for batch in (*self._open.values(), *self._ready):
+            if task in batch.tasks:
+                batch.tasks.remove(task)
+                batch.rows -= task.rows
+                if not batch.tasks:
+                    if self._open.get(batch.key) is batch:
+                        del self._open[batch.key]
+                    else:
+                        self._ready.remove(batch)
+                return
+
+    def _take(self) -> _Batch[P] | None:
+        """The next batch to run (waiting for one); None once closed and empty."""
+        timeout = self.parameters.batch_timeout_micros / 1e6
+        with self._lock:
+            while True:
+                if self._busy >= self.parameters.num_batch_threads and not self._stopping:
+                    self._lock.wait()  # requests running inline hold the share
+                    continue
+                if self._ready:
+                    batch = self._ready.popleft()
+                elif self._open:
+                    oldest = min(self._open.values(), key=lambda b: b.created)
+                    wait = oldest.created + timeout - time.monotonic()
+                    if wait > 0 and not self._stopping:
+                        self._lock.wait(wait)
+                        continue
+                    batch = oldest
+                    del self._open[oldest.key]
+                elif self._stopping:
+                    return None
+                else:
+                    self._lock.wait()
+                    continue
+                for task in batch.tasks:
+                    task.started = True
+                self._busy += 1
+                return batch
+
+    def _loop(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                self._execute(batch.tasks, batch.rows)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify_all()
+
+    def _execute(self, tasks: list[_Task[P]], rows: int) -> None:
+        now = time.monotonic()
+        for task in tasks:
+            self._hooks.queued(now - task.enqueued)
+        padded = self.parameters.padded_size(rows) - rows
+        self._hooks.batch_run(rows + padded, padded, len(tasks))
+        if len(tasks) == 1 and not padded:
+            self._run_alone(tasks[0])
+            return
+        try:
+            results = self._run_batch([task.payload for task in tasks], padded)
+        except BaseException:  # noqa: BLE001 - run each alone: only the culprit fails
+            for task in tasks:
+                self._run_alone(task)
+            return
+        for task, result in zip(tasks, results, strict=True):
+            task.result = result
+            task.done.set()
+
+    def _run_alone(self, task: _Task[P]) -> None:
+        try:
+            task.result = self._run_one(task.payload)
+        except BaseException as err:  # noqa: BLE001 - the request's own error, re-raised there
+            task.error = err
+        task.done.set()
+
+    def close(self) -> None:
+        """Run what is queued, then stop the threads (the version is unloading)."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in self._threads:
+            thread.join(timeout)

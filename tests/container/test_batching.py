@@ -1,0 +1,274 @@
+"""Server-side batching (--enable_batching) in the real image, over REST and gRPC.
+
+Servers run under --cpus 1 (test_grpc.serving); gRPC calls come from TF
+Serving's own stubs in a sidecar (grpc_client.py). The model (make_batch_models.py)
+is a small MLP whose TensorFlow graph refuses values of 1e6 or more, and a
+slow signature that takes about a second whatever its batch size.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.container.dockerkit import Containers, poll, wait
+from tests.container.test_grpc import Server, serving
+
+HERE = Path(__file__).resolve().parent
+QUEUE_FULL = "The batch scheduling queue to which this task was submitted is full"
+BATCHING = """
+max_batch_size { value: 64 }
+batch_timeout_micros { value: 5000 }
+num_batch_threads { value: 1 }
+"""
+TIGHT = """
+max_batch_size { value: 1 }
+max_enqueued_batches { value: 1 }
+num_batch_threads { value: 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("batch-library")
+    root.chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_batch_models.py", "/models"],
+        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    (root / "batching.txt").write_text(BATCHING)
+    (root / "tight.txt").write_text(TIGHT)
+    (root / "bad.txt").write_text("max_batch_size { value: 8 }\nbatch_timeout { value: 1 }\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(containers: Containers, library: Path) -> Iterator[tuple[Server, Server]]:
+    """(batching off, batching on), same model, same flags otherwise."""
+    with (
+        serving(containers, library, "--model_name=mlp") as off,
+        serving(
+            containers,
+            library,
+            "--model_name=mlp",
+            "--enable_batching",
+            "--batching_parameters_file=/models/batching.txt",
+        ) as on,
+    ):
+        yield off, on
+
+
+def rest(server: Server, rows: Any, signature: str = "serving_default") -> tuple[int, Any]:
+    answer = httpx2.post(
+        f"{server.rest}/v1/models/mlp:predict",
+        json={"signature_name": signature, "inputs": {"x": rows}},
+        timeout=60,
+    )
+    return answer.status_code, answer.json()
+
+
+def rest_many(server: Server, requests: Sequence[Any], threads: int = 32) -> list[Any]:
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda rows: rest(server, rows), requests))
+
+
+def random_requests(seed: int, count: int) -> list[list[list[float]]]:
+    rng = random.Random(seed)
+    return [
+        [[round(rng.uniform(-3, 3), 4) for _ in range(4)] for _ in range(rng.randint(1, 6))]
+        for _ in range(count)
+    ]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal structure, keys, shapes and statuses; floats within float32 rounding.
+
+    TensorFlow's matrix kernels may add in another order for another batch
+    size, so a batched float can differ from the unbatched one in its last
+    bits: float32 rounding of a sum of 16 products of magnitude up to about
+    10 (16 x 10 x 6e-8 = 1e-5); anything more is a real difference.
+    """
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-5 * max(1.0, abs(a), abs(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b) and type(a) is type(b)
+
+
+def test_same_is_not_lenient() -> None:
+    assert same({"y": [[1.0, 2.5]]}, {"y": [[1.000001, 2.5]]})
+    assert not same({"y": [[1.0, 2.5]]}, {"y": [[1.0001, 2.5]]})
+    assert not same({"y": [[1.0]]}, {"y": [[1.0], [1.0]]})
+    assert not same((200, {"y": 1.0}), (400, {"y": 1.0}))
+    assert not same({"error": "a"}, {"error": "b"})
+
+
+def test_outputs_with_batching_equal_outputs_without(servers: tuple[Server, Server]) -> None:
+    off, on = servers
+    requests = random_requests(15, 160)
+    batches_before = on.metric("serving_batches_total")
+    expected = [rest(off, rows) for rows in requests]  # one at a time: never batched
+    answers = rest_many(on, requests)
+    assert all(status == 200 for status, _ in expected)
+    assert same(answers, expected)
+    assert [len(body["outputs"]["y"]) for _, body in answers] == [len(r) for r in requests]
+    batches = on.metric("serving_batches_total") - batches_before
+    assert 0 < batches < len(requests), batches  # some batches held several requests
+    assert on.metric("serving_batch_size_sum") >= sum(len(r) for r in requests)
+
+    grpc_requests = random_requests(16, 96)
+    op = {"op": "predict_rows", "model": "mlp", "requests": grpc_requests, "threads": 32}
+    (grpc_on,) = on.grpc(op)
+    (grpc_off,) = off.grpc({**op, "threads": 1})
+    assert [answer[0] for answer in grpc_on["answers"]] == ["OK"] * len(grpc_requests)
+    assert same(grpc_on["answers"], grpc_off["answers"])
+
+
+def test_a_bad_request_inside_a_batch_fails_alone(servers: tuple[Server, Server]) -> None:
+    off, on = servers
+    requests: list[Any] = random_requests(17, 60)
+    requests[10] = [[1.0, 2.0, 3.0, 4.0], [1.0, 2e7, 3.0, 4.0]]  # fails in TensorFlow
+    requests[20] = [[1.0, 2.0, 3.0]]  # fails validation (shape)
+    requests[30] = [["a", "b", "c", "d"]]  # fails parsing
+    expected = [rest(off, rows) for rows in requests]
+    answers = rest_many(on, requests)
+    assert same(answers, expected)
+    assert [answer[1] for answer in answers if answer[0] != 200] == [
+        answer[1] for answer in expected if answer[0] != 200
+    ]  # the errors: exactly the same
+    assert [status for status, _ in answers].count(200) == len(requests) - 3
+    assert expected[10][0] == 400
+    assert "input too large" in expected[10][1]["error"]
+
+
+def test_parameters_file_errors_exit_78_before_serving(
+    containers: Containers, library: Path
+) -> None:
+    ran = containers.run(
+        ["serve", "--model_name=mlp", "--enable_batching",
+         "--batching_parameters_file=/models/bad.txt"],
+        volumes={str(library): {"bind": "/models", "mode": "ro"}},
+        timeout=120,
+    )  # fmt: skip
+    assert ran.exit_code == 78, ran.stderr
+    assert "/models/bad.txt:2:1: " in ran.stderr
+    assert '"batch_timeout"' in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
+    containers: Containers, library: Path
+) -> None:
+    with serving(
+        containers,
+        library,
+        "--model_name=mlp",
+        "--enable_batching",
+        "--batching_parameters_file=/models/tight.txt",
+    ) as server:
+        # One slow request runs, one waits in the only batch allowed, the rest are refused.
+        with ThreadPoolExecutor(5) as pool:
+            futures = []
+            for _ in range(5):
+                futures.append(
+                    pool.submit(
+                        httpx2.post,
+                        f"{server.rest}/v1/models/mlp:predict",
+                        json={"signature_name": "slow", "inputs": {"x": [1.0]}},
+                        timeout=60,
+                    )
+                )
+                time.sleep(0.1)
+            answers = [future.result() for future in futures]
+        statuses = [answer.status_code for answer in answers]
+        assert statuses.count(200) >= 2, statuses
+        refused = [answer for answer in answers if answer.status_code == 503]
+        assert refused, statuses
+        for answer in refused:
+            assert answer.json() == {"error": QUEUE_FULL}
+            assert answer.headers["retry-after"] == "1"
+        assert all(answer.json() == {"outputs": [2.0]} for answer in answers if
+                   answer.status_code == 200)  # fmt: skip
+
+        slow = {"op": "predict_rows", "model": "mlp", "signature": "slow", "requests": [[1.0]]}
+        (grpc,) = server.grpc(
+            {"op": "parallel", "ops": [{**slow, "after": 0.1 * i} for i in range(5)]}
+        )
+        codes = [result["answers"][0][0] for result in grpc["results"]]
+        assert "RESOURCE_EXHAUSTED" in codes, codes
+        assert codes.count("OK") >= 2, codes
+
+        # A request whose deadline passes while it is queued is withdrawn: it never runs.
+        time.sleep(1)
+        before = server.metric("serving_batches_total")
+        (late,) = server.grpc(
+            {
+                "op": "parallel",
+                "ops": [slow, {**slow, "after": 0.2, "timeout": 0.3}],
+            }
+        )
+        first, second = (result["answers"][0] for result in late["results"])
+        assert first[0] == "OK", first
+        assert second[0] == "DEADLINE_EXCEEDED", second
+        time.sleep(1.5)
+        assert server.metric("serving_batches_total") - before == 1
+        assert "Traceback" not in server.logs()
+
+
+def slow_rest(server: Server, delays: Sequence[float]) -> list[httpx2.Response]:
+    """Slow predicts sent `delays` seconds after the start, each on its own thread."""
+
+    def one(delay: float) -> httpx2.Response:
+        time.sleep(delay)
+        return httpx2.post(
+            f"{server.rest}/v1/models/mlp:predict",
+            json={"signature_name": "slow", "inputs": {"x": [1.0]}},
+            timeout=60,
+        )
+
+    with ThreadPoolExecutor(len(delays)) as pool:
+        return list(pool.map(one, delays))
+
+
+def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
+    containers: Containers, library: Path
+) -> None:
+    params = [
+        "--model_name=mlp",
+        "--enable_batching",
+        "--batching_parameters_file=/models/tight.txt",
+    ]
+    with serving(containers, library, *params, "--request-timeout=0.4") as server:
+        before = server.metric("serving_batches_total")
+        # The first runs about a second (its client gets 504 at 0.4 s); the
+        # second waits for it and its 0.4 s pass in the queue: withdrawn.
+        first, second = slow_rest(server, [0.0, 0.1])
+        assert (first.status_code, second.status_code) == (504, 504)
+        assert "Request timed out after 0.4 s" in second.json()["error"]
+        time.sleep(2)
+        assert server.metric("serving_batches_total") - before == 1  # only the first ran
+        assert server.metric("serving_predict_in_flight") == 0
+
+    with serving(containers, library, *params) as server:
+        with ThreadPoolExecutor(1) as pool:
+            answers = pool.submit(slow_rest, server, [0.0, 0.1])
+            in_flight = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
+            assert poll(in_flight, 30, 0.02), server.logs()
+            server.container.kill(signal="SIGTERM")
+            statuses = [(a.status_code, a.json()) for a in answers.result()]
+        stopped = wait(server.container, 60)
+    assert statuses == [(200, {"outputs": [2.0]})] * 2  # the queued one ran too
+    assert stopped.exit_code == 0, stopped.stderr
+    assert "received SIGTERM: draining" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
