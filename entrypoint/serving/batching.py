@@ -20,7 +20,6 @@ busy gather into the next batch. At most `max_enqueued_batches` batches
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
@@ -30,7 +29,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.model_config import ConfigError
+from tf_entrypoint.serving import textproto
+from tf_entrypoint.serving.textproto import ConfigError
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -78,12 +78,7 @@ class BatchingParameters:
 
 def _message_class() -> Any:
     """BatchingParameters' class, built from session_bundle_config.proto's definition."""
-    from google.protobuf import (  # noqa: PLC0415 - only when a file is given
-        descriptor_pb2,
-        descriptor_pool,
-        message_factory,
-        wrappers_pb2,
-    )
+    from google.protobuf import descriptor_pb2, wrappers_pb2  # noqa: PLC0415 - only when needed
 
     field = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(
@@ -114,21 +109,9 @@ def _message_class() -> Any:
         name="pad_variable_length_inputs", number=7, type=field.TYPE_BOOL,
         label=field.LABEL_OPTIONAL,
     )  # fmt: skip
-    pool = descriptor_pool.DescriptorPool()  # its own: never clashes with a real _pb2
-    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
-    pool.Add(proto)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
+    return textproto.message_class(
+        proto, "tensorflow.serving.BatchingParameters", [wrappers_pb2.DESCRIPTOR]
     )
-
-
-def _field_line(text: str, name: str) -> int | None:
-    """The 1-based line where field `name` is set (comments and strings skipped)."""
-    for number, line in enumerate(text.split("\n"), start=1):
-        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|#.*', "", line)
-        if re.search(rf"\b{re.escape(name)}\s*[:{{<]", code):
-            return number
-    return None
 
 
 #: Fields TF Serving reads that this server does not implement, and why.
@@ -151,21 +134,10 @@ def parse_batching_parameters(text: str, path: Path, workers: int) -> BatchingPa
     an unknown field, a value out of range or a field this server does not
     implement (never silently ignored).
     """
-    from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
-
-    message = _message_class()()
-    try:
-        text_format.Parse(text, message)
-    except text_format.ParseError as err:
-        line, column = err.GetLine(), err.GetColumn()
-        detail = str(err)
-        if line is not None:
-            detail = re.sub(r"^\d+:\d+ : ", "", detail)
-            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
-        raise ConfigError(f"{path}: {detail}") from None
+    message = textproto.parse(text, _message_class()(), path)
 
     def fail(name: str, problem: str) -> ConfigError:
-        line = _field_line(text, name)
+        line = textproto.field_line(text, name)
         return ConfigError(f"{path}:{line}: {name}: {problem}" if line else f"{path}: {name}: "
                            f"{problem}")  # fmt: skip
 

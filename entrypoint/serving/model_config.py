@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(Exception):
-    """A model configuration that cannot be served; the message names where and why."""
+from tf_entrypoint.serving import textproto
+from tf_entrypoint.serving.textproto import ConfigError as ConfigError  # noqa: PLC0414 - re-exported
 
 
 @dataclass(frozen=True)
@@ -188,19 +187,9 @@ def parse_model_config(text: str, path: Path) -> ServingConfig:
     missing base path, an empty `specific` policy, an unsupported platform.
     Relative base paths are taken from the file's directory.
     """
-    from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
     from tensorflow_serving.config import model_server_config_pb2  # noqa: PLC0415
 
-    message = model_server_config_pb2.ModelServerConfig()
-    try:
-        text_format.Parse(text, message)
-    except text_format.ParseError as err:
-        line, column = err.GetLine(), err.GetColumn()
-        detail = str(err)
-        if line is not None:
-            detail = re.sub(r"^\d+:\d+ : ", "", detail)
-            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
-        raise ConfigError(f"{path}: {detail}") from None
+    message = textproto.parse(text, model_server_config_pb2.ModelServerConfig(), path)
     return config_from_message(
         message, origin=str(path), base_dir=path.parent, lines=_config_lines(text), path=path
     )

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tf_entrypoint.serving.model_config import ConfigError
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving import textproto
+from tf_entrypoint.serving.textproto import ConfigError
 
 #: PrometheusExporter::kPrometheusPath: the page's path when `path` is empty.
 DEFAULT_PATH = "/monitoring/prometheus/metrics"
@@ -60,30 +62,11 @@ RUNTIME_API_REGRESS = "Regress"
 #: (as opposed to "TFRT"), the one this server's SavedModel functions run on.
 RUNTIME = "TF1"
 
-#: HTTP status -> the canonical status name TF Serving would have answered it
-#: with (the inverse of http_server.cc ToHTTPStatusCode; where several codes
-#: share a status, the one this server means). 413 (body over --max-body-bytes)
-#: has no TF Serving equivalent: RESOURCE_EXHAUSTED, as gRPC for a too-large message.
-HTTP_STATUS_NAMES = {
-    200: "OK",
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    413: "RESOURCE_EXHAUSTED",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
 
 def status_name(http_status: int) -> str:
-    """The canonical status name (`OK`, `NOT_FOUND`, ...) of an HTTP answer."""
-    return HTTP_STATUS_NAMES.get(http_status, "UNKNOWN")
+    """The canonical status name (`OK`, `NOT_FOUND`, ...) of an HTTP answer: the
+    inverse of TF Serving's mapping, shared with gRPC (protocol.status_code)."""
+    return p.status_code(http_status)
 
 
 # -- the config file
@@ -100,11 +83,7 @@ class MonitoringConfig:
 
 def _message_classes() -> Any:
     """MonitoringConfig's class, built from monitoring_config.proto's definitions."""
-    from google.protobuf import (  # noqa: PLC0415 - only when a file is given
-        descriptor_pb2,
-        descriptor_pool,
-        message_factory,
-    )
+    from google.protobuf import descriptor_pb2  # noqa: PLC0415 - only when a file is given
 
     field = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(
@@ -127,20 +106,7 @@ def _message_classes() -> Any:
         type=field.TYPE_MESSAGE, label=field.LABEL_OPTIONAL,
         type_name=".tensorflow.serving.PrometheusConfig",
     )  # fmt: skip
-    pool = descriptor_pool.DescriptorPool()  # its own: never clashes with a real _pb2
-    pool.Add(proto)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("tensorflow.serving.MonitoringConfig")
-    )
-
-
-def _field_line(text: str, name: str) -> int | None:
-    """The 1-based line where field `name` is set (comments and strings skipped)."""
-    for number, line in enumerate(text.split("\n"), start=1):
-        code = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|#.*', "", line)
-        if re.search(rf"\b{re.escape(name)}\s*:", code):
-            return number
-    return None
+    return textproto.message_class(proto, "tensorflow.serving.MonitoringConfig")
 
 
 def check_path(path: str) -> str | None:
@@ -164,25 +130,14 @@ def parse_monitoring_config(text: str, path: Path) -> MonitoringConfig:
     cannot serve. An empty file, or `enable: false`, serves no page (as in
     TF Serving); an empty `path` is TF Serving's default.
     """
-    from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
-
-    message = _message_classes()()
-    try:
-        text_format.Parse(text, message)
-    except text_format.ParseError as err:
-        line, column = err.GetLine(), err.GetColumn()
-        detail = str(err)
-        if line is not None:
-            detail = re.sub(r"^\d+:\d+ : ", "", detail)
-            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
-        raise ConfigError(f"{path}: {detail}") from None
+    message = textproto.parse(text, _message_classes()(), path)
     prometheus = message.prometheus_config
     if not prometheus.enable:
         return MonitoringConfig(None, path)
     page = prometheus.path or DEFAULT_PATH
     problem = check_path(page)
     if problem:
-        line = _field_line(text, "path")
+        line = textproto.field_line(text, "path")
         where = f"{path}:{line}" if line else str(path)
         raise ConfigError(f"{where}: prometheus_config.path {page!r} cannot be served: {problem}")
     return MonitoringConfig(page, path)
