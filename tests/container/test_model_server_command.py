@@ -145,7 +145,10 @@ def test_thread_flags_become_the_plan(containers: Containers) -> None:
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--enable_batching"], "--enable_batching is not supported: server-side batching"),
+        (
+            ["--enable_per_model_batching_parameters"],
+            "--enable_per_model_batching_parameters is not supported: per-model batching",
+        ),
         (["--per_process_gpu_memory_fraction=0.5"], "TF_GPU_MEMORY_ALLOC"),
         (["--tensorflow_intra_op_parallelism=many"], "--tensorflow_intra_op_parallelism='many'"),
         (["--no_such_flag=1"], "unknown flag --no_such_flag"),
