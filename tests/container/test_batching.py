@@ -210,7 +210,8 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
         assert codes.count("OK") >= 2, codes
 
         # A request whose deadline passes while it is queued is withdrawn: it never runs.
-        time.sleep(1)
+        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
+        assert poll(idle, 60, 0.1), server.logs()
         before = server.metric("serving_batches_total")
         (late,) = server.grpc(
             {
@@ -221,7 +222,7 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
         first, second = (result["answers"][0] for result in late["results"])
         assert first[0] == "OK", first
         assert second[0] == "DEADLINE_EXCEEDED", second
-        time.sleep(1.5)
+        assert poll(idle, 60, 0.1), server.logs()
         assert server.metric("serving_batches_total") - before == 1
         assert "Traceback" not in server.logs()
 
@@ -251,16 +252,16 @@ def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
     ]
     with serving(containers, library, *params, "--request-timeout=0.4") as server:
         before = server.metric("serving_batches_total")
-        # The first runs about a second (its client gets 504 at 0.4 s); the
-        # second waits for it and its 0.4 s pass in the queue: withdrawn.
+        # The first runs 2-4 s (its client gets 504 at 0.4 s); the second
+        # waits for it and its 0.4 s pass in the queue: withdrawn.
         first, second = slow_rest(server, [0.0, 0.1])
         assert (first.status_code, second.status_code) == (504, 504)
         assert "Request timed out after 0.4 s" in second.json()["error"]
-        time.sleep(2)
+        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
+        assert poll(idle, 60, 0.1), server.logs()  # the first has finished in TensorFlow
         assert server.metric("serving_batches_total") - before == 1  # only the first ran
-        assert server.metric("serving_predict_in_flight") == 0
 
-    with serving(containers, library, *params) as server:
+    with serving(containers, library, *params, "--grace-period=30") as server:
         with ThreadPoolExecutor(1) as pool:
             answers = pool.submit(slow_rest, server, [0.0, 0.1])
             in_flight = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
