@@ -132,6 +132,7 @@ class Version:
     """One version of one model, in one of the five states."""
 
     __slots__ = (
+        "code",
         "error",
         "identity",
         "in_flight",
@@ -152,6 +153,8 @@ class Version:
         self.identity = identity
         self.state = START
         self.error = ""
+        #: The error's canonical code for the status API (with `error`).
+        self.code = "UNKNOWN"
         self.servable: Servable | None = None
         #: GET .../metadata's answer, encoded once at load time.
         self.metadata = b""
@@ -160,7 +163,7 @@ class Version:
 
     def status(self) -> p.VersionStatus:
         if self.error:
-            return p.VersionStatus(self.number, self.state, "UNKNOWN", self.error)
+            return p.VersionStatus(self.number, self.state, self.code, self.error)
         return p.VersionStatus(self.number, self.state)
 
 
@@ -176,6 +179,8 @@ class Model:
         #: until it has been available once (the others keep serving).
         self.counts_for_readiness = counts_for_readiness
         self.warned_unlistable = False
+        #: Directories ignored for a version number beyond int64 (logged once each).
+        self.too_large: tuple[str, ...] = ()
 
 
 class Manager:
@@ -288,6 +293,7 @@ class Manager:
     def apply(self, config: ServingConfig, *, initial: bool = False) -> None:
         """Serve `config`'s models: add new ones, update changed ones, retire removed ones."""
         finished: list[Version] = []
+        notes: list[str] = []
         with self._lock:
             old = self._models
             models: dict[str, Model] = {}
@@ -296,29 +302,51 @@ class Manager:
                 if model is None:
                     model = Model(spec, counts_for_readiness=initial)
                     if not initial:
-                        log.info("model %r added (%s)", spec.name, describe_policy(spec.policy))
+                        notes.append(f"model {spec.name!r} added ({describe_policy(spec.policy)})")
                 elif model.spec != spec:
-                    log.info("model %r reconfigured (%s)", spec.name, describe_policy(spec.policy))
+                    notes.append(
+                        f"model {spec.name!r} reconfigured ({describe_policy(spec.policy)})"
+                    )
                     model.spec = spec
                 models[spec.name] = model
+            retired: list[tuple[Model, Version]] = []
             for name, model in old.items():
                 if name not in models:
-                    log.info("model %r removed from the configuration: unloading it", name)
+                    notes.append(f"model {name!r} removed from the configuration: unloading it")
                     for version in model.serving:
+                        retired.append((model, version))
                         if self._begin_unload(model, version):
                             finished.append(version)
             self._models = models
             self.config = config
+        for note in notes:  # logging is I/O: never under the lock requests take
+            log.info("%s", note)
+        for model, version in retired:
+            self._log_unloading(model, version)
         for version in finished:
             self._finish_unload(version)
 
     def sync(self, stop: Callable[[], bool] = lambda: False) -> list[str]:
-        """Bring every model in line with its directory and policy; the load errors."""
+        """Bring every model in line with its directory and policy; the load errors.
+
+        An OSError that escapes a model's sync (the model store failing in a
+        way the repository functions do not absorb) is logged and that model
+        is retried on the next poll: the control thread never dies from I/O.
+        """
         errors: list[str] = []
         for model in list(self._models.values()):
             if stop():
                 break
-            errors.extend(self._sync_model(model, stop))
+            try:
+                errors.extend(self._sync_model(model, stop))
+            except OSError as err:
+                log.error(
+                    "model %r: reading %s failed: %s; keeping what is loaded, retrying on the "
+                    "next poll",
+                    model.spec.name,
+                    model.spec.base_path,
+                    repository.describe(err),
+                )
         if self._collect:
             self._collect = False
             gc.collect()  # a retired TensorFlow model's memory goes back now
@@ -326,8 +354,11 @@ class Manager:
 
     def _sync_model(self, model: Model, stop: Callable[[], bool]) -> list[str]:
         spec = model.spec
-        found = repository.scan(spec.base_path)
-        if found is None:
+        # Every look at the file system happens here, outside the lock: on
+        # NFS or FUSE a listing or a stat can take seconds, and requests
+        # (lease, check, status, readiness) must not wait for it.
+        listing = repository.scan(spec.base_path)
+        if listing is None:
             if not model.warned_unlistable:
                 log.warning(
                     "cannot list %s (model %r): keeping what is loaded, retrying",
@@ -337,38 +368,107 @@ class Manager:
                 model.warned_unlistable = True
             return []
         model.warned_unlistable = False
-        aspired = aspired_versions(spec.policy, list(found))
-        todo: list[Version] = []
-        with self._lock:
-            for number in sorted(aspired, reverse=True):  # the newest is available first
-                path = found[number]
-                current = model.versions.get(number)
-                if current is not None and current.state != END:
-                    continue  # loaded, or on its way: its files need no look
-                ident = repository.identity(path)
-                if current is None or not current.error or current.identity != ident:
-                    version = Version(spec.name, number, path, ident)
-                    model.versions[number] = version
-                    todo.append(version)
+        self._warn_too_large(model, listing.too_large)
+        aspired = aspired_versions(spec.policy, list(listing.versions))
         errors: list[str] = []
-        for version in todo:
+        for version, unreadable in self._to_load(model, listing.versions, aspired):
             if stop():
                 return errors
-            error = self._load(model, version)
+            if unreadable is not None:
+                error = self._unreadable(model, version, unreadable)
+            else:
+                error = self._load(model, version)
             if error:
                 errors.append(error)
+        self._retire(model, aspired)
+        return errors
+
+    def _to_load(
+        self, model: Model, found: Mapping[int, repository.Found], aspired: frozenset[int]
+    ) -> list[tuple[Version, OSError | None]]:
+        """The aspired versions to load now (newest first), each with the error that
+        keeps it from being read, if any; each is in the status (START) from here on."""
+        with self._lock:
+            # New versions, and failed ones (retried when their files change).
+            candidates = [
+                number
+                for number in aspired
+                if (v := model.versions.get(number)) is None or v.state == END
+            ]
+        # Their identities, taken before they load (a change during a load is a change).
+        looked = {number: repository.identity(found[number].path) for number in candidates}
+        todo: list[tuple[Version, OSError | None]] = []
+        with self._lock:
+            for number in sorted(aspired, reverse=True):  # the newest is available first
+                current = model.versions.get(number)
+                if number not in looked or (current is not None and current.state != END):
+                    continue  # loaded, or on its way (or it changed since the look)
+                ident = looked[number]
+                if current is not None and current.error and current.identity == ident:
+                    continue  # the same files failed already
+                version = Version(model.spec.name, number, found[number].path, ident)
+                model.versions[number] = version
+                todo.append((version, found[number].error))
+        return todo
+
+    def _retire(self, model: Model, aspired: frozenset[int]) -> None:
+        """Unload the versions the policy no longer wants, once a wanted one serves."""
+        retired: list[Version] = []
         finished: list[Version] = []
         with self._lock:
             # Availability first: retire versions only once a wanted one serves.
             if any(v.number in aspired for v in model.serving):
                 for version in model.serving:
-                    if version.number not in aspired and self._begin_unload(model, version):
-                        finished.append(version)
+                    if version.number not in aspired:
+                        retired.append(version)
+                        if self._begin_unload(model, version):
+                            finished.append(version)
+        for version in retired:
+            self._log_unloading(model, version)
         for version in finished:
             self._finish_unload(version)
         with self._lock:
             self._forget_old(model)
-        return errors
+
+    @staticmethod
+    def _warn_too_large(model: Model, names: tuple[str, ...]) -> None:
+        """Log the version directories ignored for a number beyond int64, once each."""
+        new = [name for name in names if name not in model.too_large]
+        model.too_large = names
+        for name in new:
+            log.warning(
+                "model %r: ignoring %s: its version number does not fit int64 (at most %d), "
+                "as TF Serving ignores it; name versions with smaller numbers (a Unix "
+                "timestamp in seconds fits)",
+                model.spec.name,
+                model.spec.base_path / name,
+                repository.MAX_VERSION,
+            )
+
+    def _unreadable(self, model: Model, version: Version, err: OSError) -> str:
+        """A version directory that cannot be read: reported as a failed load."""
+        with self._lock:
+            version.state = LOADING
+        message = f"cannot read {version.path}: {repository.describe(err)}"
+        return self._failed(model, version, message, repository.error_code(err), 0.0)
+
+    def _failed(
+        self, model: Model, version: Version, message: str, code: str, seconds: float
+    ) -> str:
+        """Record a failed load (END with the error) in the status, the log and the metrics."""
+        name = model.spec.name
+        with self._lock:
+            version.state, version.error, version.code = END, message, code
+            serving = [v.number for v in model.serving]
+        self._events.version_load_failed(name, seconds)
+        self._events.saved_model_loaded(version.path, False, seconds, None, 0)
+        log.error(
+            "model %r: %s; %s; retried when the directory changes",
+            name,
+            message,
+            f"still serving version(s) {serving}" if serving else "no version is serving",
+        )
+        return f"model {name!r}: {message}"
 
     def _load(self, model: Model, version: Version) -> str:
         name = model.spec.name
@@ -381,20 +481,12 @@ class Manager:
             metadata = p.encode(p.metadata_body(name, version.number, servable.signatures))
         except Exception as err:
             seconds = time.monotonic() - started
-            message = f"loading {version.path} failed: {type(err).__name__}: {err}"
             log.debug("loading %s failed", version.path, exc_info=True)
-            with self._lock:
-                version.state, version.error = END, message
-            self._events.version_load_failed(name, seconds)
-            self._events.saved_model_loaded(version.path, False, seconds, None, 0)
-            serving = [v.number for v in model.serving]
-            log.error(
-                "model %r: %s; %s",
-                name,
-                message,
-                f"still serving version(s) {serving}" if serving else "no version is serving",
-            )
-            return f"model {name!r}: {message}"
+            message = f"loading {version.path} failed: {type(err).__name__}: {err}"
+            code = "UNKNOWN"
+            if isinstance(err, OSError) and err.errno is not None:
+                code = repository.error_code(err)
+            return self._failed(model, version, message, code, seconds)
         seconds = time.monotonic() - started
         with self._lock:
             version.servable, version.metadata, version.state = servable, metadata, AVAILABLE
@@ -430,13 +522,15 @@ class Manager:
         version.state = UNLOADING
         model.serving = tuple(v for v in model.serving if v is not version)
         self._events.versions_available(model.spec.name, [v.number for v in model.serving])
+        return version.in_flight == 0
+
+    @staticmethod
+    def _log_unloading(model: Model, version: Version) -> None:
         log.info(
-            "model %r version %d: unloading once %d request(s) in flight finish",
+            "model %r version %d: unloading once the request(s) in flight finish",
             model.spec.name,
             version.number,
-            version.in_flight,
         )
-        return version.in_flight == 0
 
     def _finish_unload(self, version: Version) -> None:
         with self._lock:
@@ -467,7 +561,8 @@ class Manager:
         problems = []
         for model in self._models.values():
             spec = model.spec
-            found = repository.scan(spec.base_path) or {}
+            listing = repository.scan(spec.base_path)
+            found = {} if listing is None else listing.versions
             if not found:
                 problems.append(
                     f"no version of model {spec.name!r} appeared in {spec.base_path} within "
@@ -591,8 +686,9 @@ class Manager:
     def _reload(self, reload: Callable[[], ServingConfig], stop: Callable[[], bool]) -> None:
         try:
             config = reload()
-        except ConfigError as err:
-            log.error("%s; keeping the previous configuration", err)
+        except (ConfigError, OSError) as err:
+            reason = repository.describe(err) if isinstance(err, OSError) else str(err)
+            log.error("%s; keeping the previous configuration", reason)
             self._events.config_reloaded("failure")
             return
         if config == self.config:

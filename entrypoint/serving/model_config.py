@@ -151,10 +151,15 @@ def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
     base_path = Path(proto.base_path)
     if not base_path.is_absolute():
         base_path = base_dir / base_path
-    if not base_path.is_dir():
-        shown = repr(proto.base_path)
-        if str(base_path) != proto.base_path:
-            shown += f" (from the file's directory: {base_path})"
+    shown = repr(proto.base_path)
+    if str(base_path) != proto.base_path:
+        shown += f" (from the file's directory: {base_path})"
+    try:
+        is_dir = base_path.is_dir()
+    except OSError as err:  # EACCES on a parent, a stale NFS handle, EIO on FUSE
+        reason = err.strerror or str(err)
+        raise ConfigError(f"{where}: base_path {shown} cannot be read: {reason}") from None
+    if not is_dir:
         raise ConfigError(
             f"{where}: base_path {shown} is not a directory: expected the directory holding "
             "the model's numbered version directories"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,27 @@ def test_a_bad_file_is_a_config_error_and_a_bad_flag_a_usage_error(tmp_path: Pat
         parse_config([f"--model_config_file={path}"], {}, budget=PlannedCpus(1, "t"))
     with pytest.raises(UsageError):
         parse_config(["--file_system_poll_wait_seconds=-1"], {}, budget=PlannedCpus(1, "t"))
+
+
+def test_a_base_path_that_cannot_be_looked_at_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11's Path.is_dir() re-raises EACCES, ESTALE, EIO: a ConfigError,
+    # never a traceback at start or a dead control thread on a live re-read.
+    dirs(tmp_path, "a")
+    real_is_dir = Path.is_dir
+
+    def is_dir(self: Path) -> bool:
+        if self.name == "a":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_is_dir(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    path = write(
+        tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{tmp_path}/a' }} }}"
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_model_config(path)
+    assert str(caught.value) == (
+        f"{path}:1 (model 'a'): base_path '{tmp_path}/a' cannot be read: Permission denied"
+    )
