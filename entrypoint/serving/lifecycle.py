@@ -618,14 +618,34 @@ class Manager:
         """The manager thread: start-up, then poll directories and the config file.
 
         It also applies the configurations :meth:`submit` hands it, so every
-        change to the served models happens on this one thread.
+        change to the served models happens on this one thread. I/O errors
+        are retried on the next poll; anything else is a bug and ends the
+        server (`on_fatal`, exit 1) rather than leave it serving models no
+        one updates any more.
         """
-        fatal = self.initial_load(wait, stop.is_set)
-        if fatal:
-            on_fatal(fatal)
-            self._refuse_submitted(fatal)
+        try:
+            fatal = self.initial_load(wait, stop.is_set)
+            if fatal:
+                on_fatal(fatal)
+                self._refuse_submitted(fatal)
+                return
+            self._warn_labels()
+            self._poll(file_system_poll, config_poll, reload, stop)
+        except BaseException as err:  # a bug: the server must not go on without this thread
+            log.critical("the model manager thread failed", exc_info=err)
+            reason = f"the model manager thread failed: {type(err).__name__}: {err}"
+            self._refuse_submitted(reason)
+            on_fatal(reason)
             return
-        self._warn_labels()
+        self._refuse_submitted("the server is stopping")
+
+    def _poll(
+        self,
+        file_system_poll: float,
+        config_poll: float,
+        reload: Callable[[], ServingConfig] | None,
+        stop: threading.Event,
+    ) -> None:
         now = time.monotonic()
         next_scan = now + file_system_poll if file_system_poll > 0 else float("inf")
         next_read = now + config_poll if reload is not None and config_poll > 0 else float("inf")
@@ -643,7 +663,6 @@ class Manager:
             if now >= next_scan:
                 next_scan = now + file_system_poll
                 self.sync(stop.is_set)
-        self._refuse_submitted("the server is stopping")
 
     def submit(self, config: ServingConfig) -> concurrent.futures.Future[list[str]]:
         """Serve `config` instead (HandleReloadConfigRequest), on the control thread.

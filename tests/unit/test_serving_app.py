@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -583,3 +584,33 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
     assert max(peak) <= 5
     assert pool.admitted == 0
     pool.shutdown()
+
+
+def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The control thread failing on a bug must not leave a server that answers
+    /healthz 200 while nothing updates its models: it exits 1, saying why."""
+    from tf_entrypoint.serving import app as app_module  # noqa: PLC0415
+    from tf_entrypoint.serving import server  # noqa: PLC0415
+    from tf_entrypoint.serving.lifecycle import Manager  # noqa: PLC0415
+
+    export(tmp_path)
+
+    def bug(self: Manager) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(app_module, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
+    monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["--model_base_path", str(tmp_path / "model"), "--rest_api_port", str(port),
+            "--port", "0", "--host", "127.0.0.1", "--wait-for-model", "5"]  # fmt: skip
+    exits: list[int] = []
+    thread = threading.Thread(target=lambda: exits.append(server.main(argv)), daemon=True)
+    thread.start()
+    thread.join(120)  # at once, unless the server goes on without its model manager
+    assert not thread.is_alive(), "the server kept running after its model manager failed"
+    assert exits == [server.EXIT_FATAL]
+    assert "the model manager thread failed: KeyError: 'a bug'; exiting" in caplog.text

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tf_entrypoint.serving import examples as ex
+from tf_entrypoint.serving import lifecycle, repository
 from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving import repository
 from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.model_config import (
@@ -754,3 +754,39 @@ def test_requests_never_wait_for_the_model_store(
         release.set()
         poll.join(30)
     assert served(manager) == 2
+
+
+def test_a_bug_in_the_control_thread_ends_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path))
+    polls = [0]
+
+    def buggy(policy: Policy, on_disk: Sequence[int]) -> frozenset[int]:
+        polls[0] += 1
+        if polls[0] > 2:  # after start-up
+            raise ZeroDivisionError("a bug")
+        return frozenset(on_disk)
+
+    monkeypatch.setattr(lifecycle, "aspired_versions", buggy)
+    stop = threading.Event()
+    fatal: list[str] = []
+    thread = threading.Thread(
+        target=manager.run,
+        kwargs={"wait": 5, "file_system_poll": 0.01, "config_poll": 0, "reload": None,
+                "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        stop.set()
+    assert fatal == ["the model manager thread failed: ZeroDivisionError: a bug"]
+    assert "the model manager thread failed" in caplog.text
+    # A reload handed over after the failure is refused, never left waiting.
+    late = manager.submit(ServingConfig((spec(tmp_path),)))
+    manager._refuse_submitted("the server is stopping")
+    with pytest.raises(RuntimeError):
+        late.result(timeout=1)
