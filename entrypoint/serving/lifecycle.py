@@ -193,7 +193,9 @@ class Manager:
         self.config: ServingConfig | None = None
         self._collect = False
         #: Configurations sent by HandleReloadConfigRequest, for the control thread.
-        self._submitted: list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]] = []
+        self._submitted: list[Submission] = []
+        #: Why no configuration will be applied any more (the thread has ended), or None.
+        self._closed: str | None = None
         self._wake = threading.Event()
 
     # ------------------------------------------------------------------
@@ -664,43 +666,55 @@ class Manager:
                 next_scan = now + file_system_poll
                 self.sync(stop.is_set)
 
-    def submit(self, config: ServingConfig) -> concurrent.futures.Future[list[str]]:
+    def submit(self, config: ServingConfig) -> Submission:
         """Serve `config` instead (HandleReloadConfigRequest), on the control thread.
 
-        The future's result is the load errors of the sync that follows
-        (empty: every wanted version loaded); RuntimeError when the server
-        stops or never started.
+        Once submitted it is applied whatever becomes of the caller (see
+        :class:`Submission`); refused (RuntimeError in `done`) only when the
+        server stops, or has failed, before it was applied.
         """
-        future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+        submission = Submission(config)
         with self._lock:
-            self._submitted.append((config, future))
+            closed = self._closed
+            if closed is None:
+                self._submitted.append(submission)
+        if closed is not None:  # the thread has ended: nobody would ever apply it
+            submission.done.set_running_or_notify_cancel()
+            submission.done.set_exception(RuntimeError(closed))
         self._wake.set()
-        return future
+        return submission
 
-    def _take_submitted(self) -> list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]]:
+    def _take_submitted(self) -> Submission | None:
         with self._lock:
-            taken, self._submitted = self._submitted, []
-        return taken
+            return self._submitted.pop(0) if self._submitted else None
 
     def _apply_submitted(self, stop: Callable[[], bool]) -> None:
-        for config, future in self._take_submitted():
-            if not future.set_running_or_notify_cancel():
-                continue
+        while (submission := self._take_submitted()) is not None:
+            # Whether or not the caller still waits (its future may be
+            # cancelled), the configuration it was told was accepted applies.
+            listening = submission.done.set_running_or_notify_cancel()
+            config = submission.config
             try:
                 log.info("model configuration received: %s", ", ".join(config.names()))
                 self.apply(config)
+                submission.applied.set()
                 self._events.config_reloaded("success")
                 errors = self.sync(stop)
                 self._warn_labels()
-            except Exception as err:  # noqa: BLE001 - reported to the caller, not lost
-                future.set_exception(err)
-            else:
-                future.set_result(errors)
+            except BaseException as err:
+                if listening:
+                    submission.done.set_exception(err)
+                raise  # a bug: run() ends the server
+            if listening:
+                submission.done.set_result(errors)
 
     def _refuse_submitted(self, reason: str) -> None:
-        for _, future in self._take_submitted():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(RuntimeError(reason))
+        """Refuse what is queued, and from now on what is submitted (the thread ends)."""
+        with self._lock:
+            self._closed = reason
+        while (submission := self._take_submitted()) is not None:
+            if submission.done.set_running_or_notify_cancel():
+                submission.done.set_exception(RuntimeError(reason))
 
     def _reload(self, reload: Callable[[], ServingConfig], stop: Callable[[], bool]) -> None:
         try:
@@ -732,3 +746,37 @@ class Manager:
                         number,
                         model.spec.name,
                     )
+
+
+class Submission:
+    """A configuration handed to the control thread by HandleReloadConfigRequest.
+
+    Once accepted it is applied whatever becomes of the call that sent it (a
+    deadline that passes, a client that cancels): cancelling `done` only
+    says that nobody waits for the answer. `applied` is set once the models
+    are switched to it; `done` then carries the load errors of the sync that
+    follows (empty: every wanted version loaded), or RuntimeError when it
+    was never applied (the server stopped or failed first).
+    """
+
+    def __init__(self, config: ServingConfig) -> None:
+        self.config = config
+        self.applied = threading.Event()
+        self.done: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+
+    def late(self, seconds: float) -> p.ApiError:
+        """The answer (DEADLINE_EXCEEDED) when `seconds` passed before `done`: truthfully,
+        whether the configuration is applied or still queued."""
+        if self.applied.is_set():
+            return p.ApiError(
+                504,
+                "The new configuration is applied, but its versions did not finish loading "
+                f"within {seconds:g} s; GetModelStatus shows their progress",
+            )
+        return p.ApiError(
+            504,
+            f"The new configuration is not applied yet: within {seconds:g} s the model "
+            "manager did not get to it (it is busy loading versions or reading the model "
+            "store); it stays queued and is applied when the manager is free; "
+            "GetModelStatus shows when",
+        )

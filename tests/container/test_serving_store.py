@@ -2,18 +2,27 @@
 "The control thread and the model store").
 
 The faults are real ones: a version directory another uid (root) wrote with
-mode 0700, which the server's non-root uid cannot look into. Nothing here
+mode 0700, which the server's non-root uid cannot look into; a config file
+whose read hangs (a FIFO nobody writes to, as an NFS read that does not
+return) while a HandleReloadConfigRequest waits. Nothing here
 sleeps in place of work: every wait is on something the server shows or the
 test controls.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
+import time
 from pathlib import Path
 
-from tests.container.dockerkit import Containers, poll
+import httpx2
+
+from tests.container.dockerkit import Containers, poll, remove
+from tests.container.test_grpc import grpc_sidecar
 from tests.container.test_serving_versions import (
+    READY_TIMEOUT,
     Server,
     library,
     models_dir,
@@ -87,3 +96,82 @@ def test_an_unreadable_version_is_reported_and_loaded_once_readable(
         assert server.metric("serving_model_loads_total", model="plus", result="success") == 2
         assert server.logs().count(line) == 1, server.logs()
         assert "Traceback" not in server.logs()
+
+
+FIRST = 'model_config_list { config { name: "plus" base_path: "/models/plus" } }'
+SECOND = """model_config_list {
+  config { name: "plus" base_path: "/models/plus" }
+  config { name: "other" base_path: "/models/plus" }
+}"""
+
+
+def open_writer(fifo: Path, timeout: float) -> int:
+    """A write end of `fifo`, once the server has opened it for reading."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as err:  # ENXIO: no reader yet
+            if err.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def test_a_reload_whose_deadline_passes_while_queued_is_applied_all_the_same(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    """The model manager is stuck reading the config file (a FIFO the test
+    holds open without writing, as an NFS read that does not return) when a
+    HandleReloadConfigRequest arrives with a 3 s deadline: the answer says it is
+    queued, not applied; once the read returns, the configuration applies."""
+    models = models_dir(tmp_path, library, plus=[1])
+    config = tmp_path / "config"
+    config.mkdir()
+    config.chmod(0o755)
+    fifo = config / "models.config"
+    os.mkfifo(fifo, 0o644)
+    container = containers.start(
+        ["serve", "--wait-for-model", "60", "--model_config_file=/config/models.config",
+         "--model_config_file_poll_wait_seconds=0.5", "--file_system_poll_wait_seconds=0.5"],
+        volumes={str(models): {"bind": "/models", "mode": "ro"},
+                 str(config): {"bind": "/config", "mode": "ro"}},
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )  # fmt: skip
+    writer: int | None = None
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(container, f"http://127.0.0.1:{port}")
+        start = open_writer(fifo, READY_TIMEOUT)  # the server reads its config at start
+        os.write(start, FIRST.encode())
+        os.close(start)
+
+        def ready() -> bool:
+            try:
+                return server.get("/readyz").status_code == 200
+            except httpx2.TransportError:
+                return False
+
+        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+        # The next re-read opens the file and waits for data that does not come.
+        writer = open_writer(fifo, 60)
+        (reload,) = grpc_sidecar(
+            containers, container, [{"op": "reload", "config": SECOND, "timeout": 3}]
+        )
+        assert reload["code"] == "DEADLINE_EXCEEDED", reload
+        assert reload["message"].startswith("The new configuration is not applied yet"), reload
+        assert server.get("/v1/models/other").status_code == 404
+        # The read returns (the file is unchanged): the queued configuration applies.
+        os.write(writer, FIRST.encode())
+        os.close(writer)
+        writer = None
+        assert poll(lambda: server.states("other") == {1: "AVAILABLE"}, 60), server.logs()
+        assert server.predict("/v1/models/other:predict") == 1.0
+        logs = server.logs()
+        assert "HandleReloadConfigRequest: The new configuration is not applied yet" in logs
+        assert "model configuration received: plus, other" in logs
+    finally:
+        if writer is not None:
+            os.close(writer)
+        remove(container)

@@ -466,12 +466,12 @@ def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
     )  # fmt: skip
     thread.start()
     try:
-        errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).result(timeout=10)
+        errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).done.result(timeout=10)
         assert errors == []
         assert served(manager, route(name="b")) == 1
         with pytest.raises(p.ApiError, match=r"Servable not found for request: Latest\(a\)"):
             served(manager, route(name="a"))
-        failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).result(timeout=10)
+        failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).done.result(timeout=10)
         assert len(failed) == 1
         assert "variables is incomplete" in failed[0]
         assert applied_on == ["model-manager", "model-manager"]
@@ -484,7 +484,7 @@ def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
     late = manager.submit(ServingConfig((spec(tmp_path, name="a"),)))
     manager._refuse_submitted("the server is stopping")
     with pytest.raises(RuntimeError, match="the server is stopping"):
-        late.result(timeout=1)
+        late.done.result(timeout=1)
 
 
 # -- the control thread and the model store (docs/robustness.md)
@@ -785,8 +785,57 @@ def test_a_bug_in_the_control_thread_ends_the_server(
         stop.set()
     assert fatal == ["the model manager thread failed: ZeroDivisionError: a bug"]
     assert "the model manager thread failed" in caplog.text
-    # A reload handed over after the failure is refused, never left waiting.
+    # A reload handed over after the failure is refused at once, never left waiting.
     late = manager.submit(ServingConfig((spec(tmp_path),)))
-    manager._refuse_submitted("the server is stopping")
-    with pytest.raises(RuntimeError):
-        late.result(timeout=1)
+    with pytest.raises(RuntimeError, match="the model manager thread failed"):
+        late.done.result(timeout=1)
+
+
+def test_an_accepted_reload_is_applied_even_when_its_call_gives_up(tmp_path: Path) -> None:
+    """HandleReloadConfigRequest's deadline passes (or its client cancels) while
+    the control thread is busy: the configuration still applies, and the answer
+    said truthfully that it was queued, then applied."""
+    export(tmp_path, 1, "a")
+    export(tmp_path, 1, "b")
+    busy, release = threading.Event(), threading.Event()
+
+    class Busy(Loader):
+        def __call__(self, directory: Path, version: int) -> Fake:
+            if directory.parent.name == "a" and version == 2:
+                busy.set()
+                release.wait(60)
+            return super().__call__(directory, version)
+
+    manager, _ = manager_for(spec(tmp_path, name="a"), loader=Busy())
+    stop = threading.Event()
+    fatal: list[str] = []
+    thread = threading.Thread(
+        target=manager.run,
+        kwargs={"wait": 5, "file_system_poll": 0.01, "config_poll": 0, "reload": None,
+                "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        assert wait_until(lambda: served_or_none(manager, route(name="a")) == 1)
+        export(tmp_path, 2, "a")
+        assert busy.wait(30)  # the control thread is loading a/2
+        submission = manager.submit(ServingConfig((spec(tmp_path, name="b"),)))
+        # The call's time runs out: asyncio's wait_for cancels the future it waited on.
+        assert submission.done.cancel()
+        late = submission.late(2)
+        assert (late.status, late.code) == (504, "DEADLINE_EXCEEDED")
+        assert late.message.startswith("The new configuration is not applied yet")
+        release.set()
+        assert wait_until(lambda: served_or_none(manager, route(name="b")) == 1)
+        assert submission.applied.is_set()
+        assert "a" not in manager.models()
+        applied = submission.late(2)
+        assert applied.message == (
+            "The new configuration is applied, but its versions did not finish loading within "
+            "2 s; GetModelStatus shows their progress"
+        )
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)
+    assert fatal == []
