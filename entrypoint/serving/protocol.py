@@ -157,24 +157,33 @@ class Route:
     label: str | None = None
 
 
+# TF Serving's URL grammar (http_rest_api_util.cc); a version is ASCII digits
+# (RE2's \d), not any script's digits as Python's \d.
 _PREDICT_PATH = re.compile(
-    r"/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    r"/v1/models/([^/:]+)(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?"
+    r":(classify|regress|predict)",
     re.IGNORECASE,
 )
 _STATUS_PATH = re.compile(
-    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
+    r"/v1/models(?:/([^/:]+))?(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
     re.IGNORECASE,
 )
 _INT64_MAX = 2**63 - 1
 
 
 def _version(text: str | None) -> int | None:
+    """A version from the URL: digits that fit int64, else TF Serving's 400.
+
+    Its length is checked before int(): Python refuses to convert more than
+    4,300 digits (ValueError), and a URL may carry thousands.
+    """
     if text is None:
         return None
-    value = int(text)  # the regex allows digits only
-    if value > _INT64_MAX:
-        raise bad_request(f"Failed to convert version: {text} to numeric.")
-    return value
+    digits = text.lstrip("0")
+    if len(digits) > len(str(_INT64_MAX)) or int(digits or "0") > _INT64_MAX:
+        shown = text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+        raise bad_request(f"Failed to convert version: {shown} to numeric.")
+    return int(digits or "0")
 
 
 def parse_route(method: str, path: str) -> Route:

@@ -2,11 +2,11 @@
 "The control thread and the model store").
 
 The faults are real ones: a version directory another uid (root) wrote with
-mode 0700, which the server's non-root uid cannot look into; a config file
+mode 0700, which the server's non-root uid cannot look into; a version named
+by a timestamp beyond int64; a URL with a 5,000-digit version; a config file
 whose read hangs (a FIFO nobody writes to, as an NFS read that does not
-return) while a HandleReloadConfigRequest waits. Nothing here
-sleeps in place of work: every wait is on something the server shows or the
-test controls.
+return) while a HandleReloadConfigRequest waits. Nothing here sleeps in place
+of work: every wait is on something the server shows or the test controls.
 """
 
 from __future__ import annotations
@@ -95,6 +95,36 @@ def test_an_unreadable_version_is_reported_and_loaded_once_readable(
         assert server.metric("serving_model_loads_total", model="plus", result="failure") == 1
         assert server.metric("serving_model_loads_total", model="plus", result="success") == 2
         assert server.logs().count(line) == 1, server.logs()
+        assert "Traceback" not in server.logs()
+
+
+def test_a_version_beyond_int64_is_ignored_and_a_5000_digit_version_is_400(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    models = models_dir(tmp_path, library, plus=[1])
+    shutil.copytree(library / "plus" / "2", models / "plus" / TIMESTAMP)
+    with serving(containers, models, "--model-name", "plus") as server:
+        # Latest is still version 1: the timestamp is not a version, as in TF Serving.
+        assert server.states("plus") == {1: "AVAILABLE"}
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        warning = (
+            f"model 'plus': ignoring /models/plus/{TIMESTAMP}: its version number does not "
+            "fit int64"
+        )
+        assert server.logs().count(warning) == 1, server.logs()
+        (status,) = grpc_sidecar(containers, server.container, [{"op": "status", "model": "plus"}])
+        assert status["code"] == "OK", status
+        assert [v["version"] for v in status["response"]["model_version_status"]] == ["1"]
+        # A 5,000-digit version in a URL: TF Serving's 400, no traceback.
+        digits = "7" * 5000
+        for response in (
+            server.get(f"/v1/models/plus/versions/{digits}"),
+            server.post(f"/v1/models/plus/versions/{digits}:predict", {"instances": [1.0]}),
+        ):
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error.startswith("Failed to convert version: 7777"), error
+            assert error.endswith("... to numeric."), error
         assert "Traceback" not in server.logs()
 
 

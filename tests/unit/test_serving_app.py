@@ -586,6 +586,22 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
     pool.shutdown()
 
 
+def test_a_version_of_5000_digits_is_400_without_a_traceback(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    digits = "1" * 5000
+    for response in (
+        client.get(f"/v1/models/model/versions/{digits}"),
+        client.post(f"/v1/models/model/versions/{digits}:predict", json={"instances": [1.0]}),
+    ):
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error.startswith("Failed to convert version: 1111")
+        assert error.endswith("... to numeric.")
+    assert "Traceback" not in caplog.text
+    assert "internal error" not in caplog.text
+
+
 def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -90,6 +90,34 @@ def test_version_beyond_int64_is_400() -> None:
         p.parse_route("GET", f"/v1/models/m/versions/{2**63}")
 
 
+def test_a_version_of_thousands_of_digits_is_tf_servings_400() -> None:
+    # int() refuses more than 4,300 digits: the length is checked first.
+    digits = "9" * 5000
+    for method, path in (
+        ("GET", f"/v1/models/m/versions/{digits}"),
+        ("GET", f"/v1/models/m/versions/{digits}/metadata"),
+        ("POST", f"/v1/models/m/versions/{digits}:predict"),
+    ):
+        with pytest.raises(p.ApiError) as caught:
+            p.parse_route(method, path)
+        assert caught.value.status == 400
+        message = caught.value.message
+        assert message.startswith("Failed to convert version: 9999")
+        assert message.endswith("... to numeric.")
+        assert len(message) < 300  # quoted back cut, not 5,000 characters
+
+
+def test_versions_with_leading_zeros_and_int64s_largest() -> None:
+    assert p.parse_route("GET", "/v1/models/m/versions/" + "0" * 40 + "7").version == 7
+    assert p.parse_route("GET", f"/v1/models/m/versions/{2**63 - 1}").version == 2**63 - 1
+
+
+@pytest.mark.parametrize("digit", ["\u0661", "\uff11", "\u00b9"])
+def test_only_ascii_digits_are_versions(digit: str) -> None:
+    with pytest.raises(p.ApiError, match="Malformed request"):
+        p.parse_route("GET", f"/v1/models/m/versions/{digit}")
+
+
 # -- request bodies
 
 
