@@ -85,9 +85,17 @@ class ServingConfig:
 
 
 def check_model_name(name: str) -> str | None:
-    """Why `name` cannot be a model name or label (it is part of URLs), or None."""
-    if not name or name in (".", "..") or "/" in name or ":" in name:
-        return "no '/', ':' or empty name (it is part of the URL)"
+    """Why `name` cannot be a model name or label, or None.
+
+    Any other name is reachable over REST: URLs carry it percent-encoded
+    (`a/b` as `a%2Fb`, `a?b` as `a%3Fb`), decoded after the route is
+    matched, as in TF Serving. An empty name is unreachable (REST and gRPC
+    both need one), and HTTP clients rewrite `.` and `..` path segments.
+    """
+    if not name:
+        return "it is empty: expected a name (it is part of every request)"
+    if name in (".", ".."):
+        return f"{name!r} cannot be part of a URL: HTTP clients remove it from the path"
     return None
 
 

@@ -456,7 +456,7 @@ def test_config_refuses_one_port_for_both_protocols() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--port", "70000"], ["--workers", "0"], ["--model-name", "a/b"], ["--grace-period", "-1"]],
+    [["--port", "70000"], ["--workers", "0"], ["--model-name", ".."], ["--grace-period", "-1"]],
 )
 def test_config_rejects_bad_values(argv: list[str]) -> None:
     from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
@@ -584,6 +584,32 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
     assert max(peak) <= 5
     assert pool.admitted == 0
     pool.shutdown()
+
+
+# -- the control thread and the model store (docs/robustness.md)
+
+
+def test_every_model_name_is_reachable_percent_encoded(tmp_path: Path) -> None:
+    # Starlette hands the application a decoded path; routes are matched on
+    # the path as sent, then the name decoded, as TF Serving does.
+    name = "a?b#c\\d%e f/g:h"
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "saved_model.pb").write_bytes(b"")
+    conf = parse_config(
+        ["--model_name", name, "--model_base_path", str(tmp_path), "--wait-for-model", "5"],
+        {},
+        budget=PlannedCpus(2, "test"),
+    )
+    app = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    encoded = "a%3Fb%23c%5Cd%25e%20f%2Fg%3Ah"
+    with TestClient(app) as client:
+        wait_ready(client)
+        predict = client.post(f"/v1/models/{encoded}:predict", json={"instances": [1.0]})
+        assert (predict.status_code, predict.json()) == (200, {"predictions": [2.5]})
+        status = client.get(f"/v1/models/{encoded}/versions/1")
+        assert status.status_code == 200
+        assert client.get(f"/v1/models/{encoded}/metadata").json()["model_spec"]["name"] == name
+        assert client.get("/readyz").json()["models"] == {name: [1]}
 
 
 def test_a_version_of_5000_digits_is_400_without_a_traceback(

@@ -118,6 +118,30 @@ def test_only_ascii_digits_are_versions(digit: str) -> None:
         p.parse_route("GET", f"/v1/models/m/versions/{digit}")
 
 
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/v1/models/a%2Fb%3Ac:predict", p.Route("predict", "a/b:c")),
+        ("/v1/models/a%3Fb%23c%5Cd:predict", p.Route("predict", "a?b#c\\d")),
+        ("/v1/models/100%25%20sure:predict", p.Route("predict", "100% sure")),
+        ("/v1/models/mod%C3%A8le:predict", p.Route("predict", "mod\u00e8le")),
+        ("/v1/models/bad%FFbyte:predict", p.Route("predict", "bad\ufffdbyte")),
+        ("/v1/models/m/labels/can%3Fary:predict", p.Route("predict", "m", None, "can?ary")),
+        ("/v1/models/a+b:predict", p.Route("predict", "a+b")),  # '+' is not a space in a path
+    ],
+)
+def test_names_and_labels_are_percent_decoded_after_the_match(path: str, route: p.Route) -> None:
+    # As TF Serving: the route is matched on the path as sent, then decoded.
+    assert p.parse_route("POST", path) == route
+
+
+def test_encoded_separators_do_not_route() -> None:
+    # TF Serving matches the path as sent: %3A is part of the name, not the verb's ':'.
+    with pytest.raises(p.ApiError, match="Malformed request"):
+        p.parse_route("POST", "/v1/models/m%3Apredict")
+    assert p.parse_route("GET", "/v1/models/m%2Fversions%2F1") == p.Route("status", "m/versions/1")
+
+
 # -- request bodies
 
 
