@@ -16,6 +16,7 @@ import functools
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,6 +220,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _path_as_sent(request: Request) -> str:
+    """The URL path as the client sent it, percent-encoded (TF Serving matches routes on it)."""
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes):
+        return raw.decode("latin-1")
+    return urllib.parse.quote(request.scope["path"], safe="/:")
+
+
 class _Endpoints:
     """The request handlers of one application, around its ServingState."""
 
@@ -238,7 +247,7 @@ class _Endpoints:
         api = "other"
         route: p.Route | None = None
         try:
-            route = p.parse_route(request.method, request.url.path)
+            route = p.parse_route(request.method, _path_as_sent(request))
             api = "predict" if route.kind in ("predict", "classify", "regress") else route.kind
             model = state.model_label(route)
             if route.kind == "status":

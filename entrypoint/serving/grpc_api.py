@@ -337,29 +337,47 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                     "Only ModelConfigList is currently supported"
                 )
             wanted = config_from_message(config, origin="ReloadConfigRequest", base_dir=Path.cwd())
-            if self.h.state.config.models.path is not None and (
-                self.h.state.config.model_config_file_poll_wait > 0
-            ):
+            served = self.h.state.config
+            if served.models.path is not None and served.model_config_file_poll_wait > 0:
                 log.warning(
-                    "HandleReloadConfigRequest: %s is re-read every %g s and wins when it "
-                    "changes, as in TF Serving",
-                    self.h.state.config.models.path,
-                    self.h.state.config.model_config_file_poll_wait,
+                    "HandleReloadConfigRequest: %s is re-read every %g s "
+                    "(--model_config_file_poll_wait_seconds) and re-applied at each read: this "
+                    "configuration is replaced by the file's at its next read, as in TF Serving",
+                    served.models.path,
+                    served.model_config_file_poll_wait,
                 )
-            future = self.h.manager.submit(wanted)
+            submission = self.h.manager.submit(wanted)
+            # Accepted: from here on it is applied whatever becomes of this call.
+            # The answer is given a little before the client's deadline, so
+            # that it can say whether the configuration is applied.
             timeout = self.h.timeout(context)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                timeout = min(timeout or remaining, remaining - min(1.0, remaining / 10))
             try:
-                errors = await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
+                errors = await asyncio.wait_for(
+                    asyncio.wrap_future(submission.done), max(timeout, 0.001) if timeout else None
+                )
             except TimeoutError:
+                late = submission.late(timeout)
+                log.warning("HandleReloadConfigRequest: %s", late.message)
+                raise late from None
+            except asyncio.CancelledError:
+                log.warning(
+                    "HandleReloadConfigRequest: the call was cancelled; its configuration is %s",
+                    "applied" if submission.applied.is_set() else "queued and will be applied",
+                )
+                raise
+            except RuntimeError as err:  # the server stopped (or failed) before applying it
                 raise p.ApiError(
-                    504,
-                    "The new configuration is applied, but its versions did not finish "
-                    f"loading within {timeout:g} s; GetModelStatus shows their progress",
+                    503, f"The new configuration was not applied: {err}", code="UNAVAILABLE"
                 ) from None
-            except RuntimeError as err:
-                raise p.ApiError(503, str(err), code="UNAVAILABLE") from None
             if errors:  # a broken export: the server is fine, the model is not
-                raise p.ApiError(500, "; ".join(errors), code="FAILED_PRECONDITION")
+                raise p.ApiError(
+                    500,
+                    "The new configuration is applied, but loading failed: " + "; ".join(errors),
+                    code="FAILED_PRECONDITION",
+                )
             response = model_management_pb2.ReloadConfigResponse()
             response.status.error_code = 0
             return response

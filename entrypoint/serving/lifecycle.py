@@ -132,6 +132,7 @@ class Version:
     """One version of one model, in one of the five states."""
 
     __slots__ = (
+        "code",
         "error",
         "identity",
         "in_flight",
@@ -152,6 +153,8 @@ class Version:
         self.identity = identity
         self.state = START
         self.error = ""
+        #: The error's canonical code for the status API (with `error`).
+        self.code = "UNKNOWN"
         self.servable: Servable | None = None
         #: GET .../metadata's answer, encoded once at load time.
         self.metadata = b""
@@ -160,7 +163,7 @@ class Version:
 
     def status(self) -> p.VersionStatus:
         if self.error:
-            return p.VersionStatus(self.number, self.state, "UNKNOWN", self.error)
+            return p.VersionStatus(self.number, self.state, self.code, self.error)
         return p.VersionStatus(self.number, self.state)
 
 
@@ -176,6 +179,8 @@ class Model:
         #: until it has been available once (the others keep serving).
         self.counts_for_readiness = counts_for_readiness
         self.warned_unlistable = False
+        #: Directories ignored for a version number beyond int64 (logged once each).
+        self.too_large: tuple[str, ...] = ()
 
 
 class Manager:
@@ -188,7 +193,9 @@ class Manager:
         self.config: ServingConfig | None = None
         self._collect = False
         #: Configurations sent by HandleReloadConfigRequest, for the control thread.
-        self._submitted: list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]] = []
+        self._submitted: list[Submission] = []
+        #: Why no configuration will be applied any more (the thread has ended), or None.
+        self._closed: str | None = None
         self._wake = threading.Event()
 
     # ------------------------------------------------------------------
@@ -288,6 +295,7 @@ class Manager:
     def apply(self, config: ServingConfig, *, initial: bool = False) -> None:
         """Serve `config`'s models: add new ones, update changed ones, retire removed ones."""
         finished: list[Version] = []
+        notes: list[str] = []
         with self._lock:
             old = self._models
             models: dict[str, Model] = {}
@@ -296,29 +304,51 @@ class Manager:
                 if model is None:
                     model = Model(spec, counts_for_readiness=initial)
                     if not initial:
-                        log.info("model %r added (%s)", spec.name, describe_policy(spec.policy))
+                        notes.append(f"model {spec.name!r} added ({describe_policy(spec.policy)})")
                 elif model.spec != spec:
-                    log.info("model %r reconfigured (%s)", spec.name, describe_policy(spec.policy))
+                    notes.append(
+                        f"model {spec.name!r} reconfigured ({describe_policy(spec.policy)})"
+                    )
                     model.spec = spec
                 models[spec.name] = model
+            retired: list[tuple[Model, Version]] = []
             for name, model in old.items():
                 if name not in models:
-                    log.info("model %r removed from the configuration: unloading it", name)
+                    notes.append(f"model {name!r} removed from the configuration: unloading it")
                     for version in model.serving:
+                        retired.append((model, version))
                         if self._begin_unload(model, version):
                             finished.append(version)
             self._models = models
             self.config = config
+        for note in notes:  # logging is I/O: never under the lock requests take
+            log.info("%s", note)
+        for model, version in retired:
+            self._log_unloading(model, version)
         for version in finished:
             self._finish_unload(version)
 
     def sync(self, stop: Callable[[], bool] = lambda: False) -> list[str]:
-        """Bring every model in line with its directory and policy; the load errors."""
+        """Bring every model in line with its directory and policy; the load errors.
+
+        An OSError that escapes a model's sync (the model store failing in a
+        way the repository functions do not absorb) is logged and that model
+        is retried on the next poll: the control thread never dies from I/O.
+        """
         errors: list[str] = []
         for model in list(self._models.values()):
             if stop():
                 break
-            errors.extend(self._sync_model(model, stop))
+            try:
+                errors.extend(self._sync_model(model, stop))
+            except OSError as err:
+                log.error(
+                    "model %r: reading %s failed: %s; keeping what is loaded, retrying on the "
+                    "next poll",
+                    model.spec.name,
+                    model.spec.base_path,
+                    repository.describe(err),
+                )
         if self._collect:
             self._collect = False
             gc.collect()  # a retired TensorFlow model's memory goes back now
@@ -326,8 +356,11 @@ class Manager:
 
     def _sync_model(self, model: Model, stop: Callable[[], bool]) -> list[str]:
         spec = model.spec
-        found = repository.scan(spec.base_path)
-        if found is None:
+        # Every look at the file system happens here, outside the lock: on
+        # NFS or FUSE a listing or a stat can take seconds, and requests
+        # (lease, check, status, readiness) must not wait for it.
+        listing = repository.scan(spec.base_path)
+        if listing is None:
             if not model.warned_unlistable:
                 log.warning(
                     "cannot list %s (model %r): keeping what is loaded, retrying",
@@ -337,38 +370,107 @@ class Manager:
                 model.warned_unlistable = True
             return []
         model.warned_unlistable = False
-        aspired = aspired_versions(spec.policy, list(found))
-        todo: list[Version] = []
-        with self._lock:
-            for number in sorted(aspired, reverse=True):  # the newest is available first
-                path = found[number]
-                current = model.versions.get(number)
-                if current is not None and current.state != END:
-                    continue  # loaded, or on its way: its files need no look
-                ident = repository.identity(path)
-                if current is None or not current.error or current.identity != ident:
-                    version = Version(spec.name, number, path, ident)
-                    model.versions[number] = version
-                    todo.append(version)
+        self._warn_too_large(model, listing.too_large)
+        aspired = aspired_versions(spec.policy, list(listing.versions))
         errors: list[str] = []
-        for version in todo:
+        for version, unreadable in self._to_load(model, listing.versions, aspired):
             if stop():
                 return errors
-            error = self._load(model, version)
+            if unreadable is not None:
+                error = self._unreadable(model, version, unreadable)
+            else:
+                error = self._load(model, version)
             if error:
                 errors.append(error)
+        self._retire(model, aspired)
+        return errors
+
+    def _to_load(
+        self, model: Model, found: Mapping[int, repository.Found], aspired: frozenset[int]
+    ) -> list[tuple[Version, OSError | None]]:
+        """The aspired versions to load now (newest first), each with the error that
+        keeps it from being read, if any; each is in the status (START) from here on."""
+        with self._lock:
+            # New versions, and failed ones (retried when their files change).
+            candidates = [
+                number
+                for number in aspired
+                if (v := model.versions.get(number)) is None or v.state == END
+            ]
+        # Their identities, taken before they load (a change during a load is a change).
+        looked = {number: repository.identity(found[number].path) for number in candidates}
+        todo: list[tuple[Version, OSError | None]] = []
+        with self._lock:
+            for number in sorted(aspired, reverse=True):  # the newest is available first
+                current = model.versions.get(number)
+                if number not in looked or (current is not None and current.state != END):
+                    continue  # loaded, or on its way (or it changed since the look)
+                ident = looked[number]
+                if current is not None and current.error and current.identity == ident:
+                    continue  # the same files failed already
+                version = Version(model.spec.name, number, found[number].path, ident)
+                model.versions[number] = version
+                todo.append((version, found[number].error))
+        return todo
+
+    def _retire(self, model: Model, aspired: frozenset[int]) -> None:
+        """Unload the versions the policy no longer wants, once a wanted one serves."""
+        retired: list[Version] = []
         finished: list[Version] = []
         with self._lock:
             # Availability first: retire versions only once a wanted one serves.
             if any(v.number in aspired for v in model.serving):
                 for version in model.serving:
-                    if version.number not in aspired and self._begin_unload(model, version):
-                        finished.append(version)
+                    if version.number not in aspired:
+                        retired.append(version)
+                        if self._begin_unload(model, version):
+                            finished.append(version)
+        for version in retired:
+            self._log_unloading(model, version)
         for version in finished:
             self._finish_unload(version)
         with self._lock:
             self._forget_old(model)
-        return errors
+
+    @staticmethod
+    def _warn_too_large(model: Model, names: tuple[str, ...]) -> None:
+        """Log the version directories ignored for a number beyond int64, once each."""
+        new = [name for name in names if name not in model.too_large]
+        model.too_large = names
+        for name in new:
+            log.warning(
+                "model %r: ignoring %s: its version number does not fit int64 (at most %d), "
+                "as TF Serving ignores it; name versions with smaller numbers (a Unix "
+                "timestamp in seconds fits)",
+                model.spec.name,
+                model.spec.base_path / name,
+                repository.MAX_VERSION,
+            )
+
+    def _unreadable(self, model: Model, version: Version, err: OSError) -> str:
+        """A version directory that cannot be read: reported as a failed load."""
+        with self._lock:
+            version.state = LOADING
+        message = f"cannot read {version.path}: {repository.describe(err)}"
+        return self._failed(model, version, message, repository.error_code(err), 0.0)
+
+    def _failed(
+        self, model: Model, version: Version, message: str, code: str, seconds: float
+    ) -> str:
+        """Record a failed load (END with the error) in the status, the log and the metrics."""
+        name = model.spec.name
+        with self._lock:
+            version.state, version.error, version.code = END, message, code
+            serving = [v.number for v in model.serving]
+        self._events.version_load_failed(name, seconds)
+        self._events.saved_model_loaded(version.path, False, seconds, None, 0)
+        log.error(
+            "model %r: %s; %s; retried when the directory changes",
+            name,
+            message,
+            f"still serving version(s) {serving}" if serving else "no version is serving",
+        )
+        return f"model {name!r}: {message}"
 
     def _load(self, model: Model, version: Version) -> str:
         name = model.spec.name
@@ -381,20 +483,12 @@ class Manager:
             metadata = p.encode(p.metadata_body(name, version.number, servable.signatures))
         except Exception as err:
             seconds = time.monotonic() - started
-            message = f"loading {version.path} failed: {type(err).__name__}: {err}"
             log.debug("loading %s failed", version.path, exc_info=True)
-            with self._lock:
-                version.state, version.error = END, message
-            self._events.version_load_failed(name, seconds)
-            self._events.saved_model_loaded(version.path, False, seconds, None, 0)
-            serving = [v.number for v in model.serving]
-            log.error(
-                "model %r: %s; %s",
-                name,
-                message,
-                f"still serving version(s) {serving}" if serving else "no version is serving",
-            )
-            return f"model {name!r}: {message}"
+            message = f"loading {version.path} failed: {type(err).__name__}: {err}"
+            code = "UNKNOWN"
+            if isinstance(err, OSError) and err.errno is not None:
+                code = repository.error_code(err)
+            return self._failed(model, version, message, code, seconds)
         seconds = time.monotonic() - started
         with self._lock:
             version.servable, version.metadata, version.state = servable, metadata, AVAILABLE
@@ -430,13 +524,15 @@ class Manager:
         version.state = UNLOADING
         model.serving = tuple(v for v in model.serving if v is not version)
         self._events.versions_available(model.spec.name, [v.number for v in model.serving])
+        return version.in_flight == 0
+
+    @staticmethod
+    def _log_unloading(model: Model, version: Version) -> None:
         log.info(
-            "model %r version %d: unloading once %d request(s) in flight finish",
+            "model %r version %d: unloading once the request(s) in flight finish",
             model.spec.name,
             version.number,
-            version.in_flight,
         )
-        return version.in_flight == 0
 
     def _finish_unload(self, version: Version) -> None:
         with self._lock:
@@ -467,7 +563,8 @@ class Manager:
         problems = []
         for model in self._models.values():
             spec = model.spec
-            found = repository.scan(spec.base_path) or {}
+            listing = repository.scan(spec.base_path)
+            found = {} if listing is None else listing.versions
             if not found:
                 problems.append(
                     f"no version of model {spec.name!r} appeared in {spec.base_path} within "
@@ -523,14 +620,34 @@ class Manager:
         """The manager thread: start-up, then poll directories and the config file.
 
         It also applies the configurations :meth:`submit` hands it, so every
-        change to the served models happens on this one thread.
+        change to the served models happens on this one thread. I/O errors
+        are retried on the next poll; anything else is a bug and ends the
+        server (`on_fatal`, exit 1) rather than leave it serving models no
+        one updates any more.
         """
-        fatal = self.initial_load(wait, stop.is_set)
-        if fatal:
-            on_fatal(fatal)
-            self._refuse_submitted(fatal)
+        try:
+            fatal = self.initial_load(wait, stop.is_set)
+            if fatal:
+                on_fatal(fatal)
+                self._refuse_submitted(fatal)
+                return
+            self._warn_labels()
+            self._poll(file_system_poll, config_poll, reload, stop)
+        except BaseException as err:  # a bug: the server must not go on without this thread
+            log.critical("the model manager thread failed", exc_info=err)
+            reason = f"the model manager thread failed: {type(err).__name__}: {err}"
+            self._refuse_submitted(reason)
+            on_fatal(reason)
             return
-        self._warn_labels()
+        self._refuse_submitted("the server is stopping")
+
+    def _poll(
+        self,
+        file_system_poll: float,
+        config_poll: float,
+        reload: Callable[[], ServingConfig] | None,
+        stop: threading.Event,
+    ) -> None:
         now = time.monotonic()
         next_scan = now + file_system_poll if file_system_poll > 0 else float("inf")
         next_read = now + config_poll if reload is not None and config_poll > 0 else float("inf")
@@ -548,51 +665,63 @@ class Manager:
             if now >= next_scan:
                 next_scan = now + file_system_poll
                 self.sync(stop.is_set)
-        self._refuse_submitted("the server is stopping")
 
-    def submit(self, config: ServingConfig) -> concurrent.futures.Future[list[str]]:
+    def submit(self, config: ServingConfig) -> Submission:
         """Serve `config` instead (HandleReloadConfigRequest), on the control thread.
 
-        The future's result is the load errors of the sync that follows
-        (empty: every wanted version loaded); RuntimeError when the server
-        stops or never started.
+        Once submitted it is applied whatever becomes of the caller (see
+        :class:`Submission`); refused (RuntimeError in `done`) only when the
+        server stops, or has failed, before it was applied.
         """
-        future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+        submission = Submission(config)
         with self._lock:
-            self._submitted.append((config, future))
+            closed = self._closed
+            if closed is None:
+                self._submitted.append(submission)
+        if closed is not None:  # the thread has ended: nobody would ever apply it
+            submission.done.set_running_or_notify_cancel()
+            submission.done.set_exception(RuntimeError(closed))
         self._wake.set()
-        return future
+        return submission
 
-    def _take_submitted(self) -> list[tuple[ServingConfig, concurrent.futures.Future[list[str]]]]:
+    def _take_submitted(self) -> Submission | None:
         with self._lock:
-            taken, self._submitted = self._submitted, []
-        return taken
+            return self._submitted.pop(0) if self._submitted else None
 
     def _apply_submitted(self, stop: Callable[[], bool]) -> None:
-        for config, future in self._take_submitted():
-            if not future.set_running_or_notify_cancel():
-                continue
+        while (submission := self._take_submitted()) is not None:
+            # Whether or not the caller still waits (its future may be
+            # cancelled), the configuration it was told was accepted applies.
+            listening = submission.done.set_running_or_notify_cancel()
+            config = submission.config
             try:
                 log.info("model configuration received: %s", ", ".join(config.names()))
                 self.apply(config)
+                submission.applied.set()
                 self._events.config_reloaded("success")
                 errors = self.sync(stop)
                 self._warn_labels()
-            except Exception as err:  # noqa: BLE001 - reported to the caller, not lost
-                future.set_exception(err)
-            else:
-                future.set_result(errors)
+            except BaseException as err:
+                if listening:
+                    submission.done.set_exception(err)
+                raise  # a bug: run() ends the server
+            if listening:
+                submission.done.set_result(errors)
 
     def _refuse_submitted(self, reason: str) -> None:
-        for _, future in self._take_submitted():
-            if future.set_running_or_notify_cancel():
-                future.set_exception(RuntimeError(reason))
+        """Refuse what is queued, and from now on what is submitted (the thread ends)."""
+        with self._lock:
+            self._closed = reason
+        while (submission := self._take_submitted()) is not None:
+            if submission.done.set_running_or_notify_cancel():
+                submission.done.set_exception(RuntimeError(reason))
 
     def _reload(self, reload: Callable[[], ServingConfig], stop: Callable[[], bool]) -> None:
         try:
             config = reload()
-        except ConfigError as err:
-            log.error("%s; keeping the previous configuration", err)
+        except (ConfigError, OSError) as err:
+            reason = repository.describe(err) if isinstance(err, OSError) else str(err)
+            log.error("%s; keeping the previous configuration", reason)
             self._events.config_reloaded("failure")
             return
         if config == self.config:
@@ -617,3 +746,37 @@ class Manager:
                         number,
                         model.spec.name,
                     )
+
+
+class Submission:
+    """A configuration handed to the control thread by HandleReloadConfigRequest.
+
+    Once accepted it is applied whatever becomes of the call that sent it (a
+    deadline that passes, a client that cancels): cancelling `done` only
+    says that nobody waits for the answer. `applied` is set once the models
+    are switched to it; `done` then carries the load errors of the sync that
+    follows (empty: every wanted version loaded), or RuntimeError when it
+    was never applied (the server stopped or failed first).
+    """
+
+    def __init__(self, config: ServingConfig) -> None:
+        self.config = config
+        self.applied = threading.Event()
+        self.done: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
+
+    def late(self, seconds: float) -> p.ApiError:
+        """The answer (DEADLINE_EXCEEDED) when `seconds` passed before `done`: truthfully,
+        whether the configuration is applied or still queued."""
+        if self.applied.is_set():
+            return p.ApiError(
+                504,
+                "The new configuration is applied, but its versions did not finish loading "
+                f"within {seconds:g} s; GetModelStatus shows their progress",
+            )
+        return p.ApiError(
+            504,
+            f"The new configuration is not applied yet: within {seconds:g} s the model "
+            "manager did not get to it (it is busy loading versions or reading the model "
+            "store); it stays queued and is applied when the manager is free; "
+            "GetModelStatus shows when",
+        )

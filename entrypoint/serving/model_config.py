@@ -85,9 +85,17 @@ class ServingConfig:
 
 
 def check_model_name(name: str) -> str | None:
-    """Why `name` cannot be a model name or label (it is part of URLs), or None."""
-    if not name or name in (".", "..") or "/" in name or ":" in name:
-        return "no '/', ':' or empty name (it is part of the URL)"
+    """Why `name` cannot be a model name or label, or None.
+
+    Any other name is reachable over REST: URLs carry it percent-encoded
+    (`a/b` as `a%2Fb`, `a?b` as `a%3Fb`), decoded after the route is
+    matched, as in TF Serving. An empty name is unreachable (REST and gRPC
+    both need one), and HTTP clients rewrite `.` and `..` path segments.
+    """
+    if not name:
+        return "it is empty: expected a name (it is part of every request)"
+    if name in (".", ".."):
+        return f"{name!r} cannot be part of a URL: HTTP clients remove it from the path"
     return None
 
 
@@ -151,10 +159,15 @@ def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
     base_path = Path(proto.base_path)
     if not base_path.is_absolute():
         base_path = base_dir / base_path
-    if not base_path.is_dir():
-        shown = repr(proto.base_path)
-        if str(base_path) != proto.base_path:
-            shown += f" (from the file's directory: {base_path})"
+    shown = repr(proto.base_path)
+    if str(base_path) != proto.base_path:
+        shown += f" (from the file's directory: {base_path})"
+    try:
+        is_dir = base_path.is_dir()
+    except OSError as err:  # EACCES on a parent, a stale NFS handle, EIO on FUSE
+        reason = err.strerror or str(err)
+        raise ConfigError(f"{where}: base_path {shown} cannot be read: {reason}") from None
+    if not is_dir:
         raise ConfigError(
             f"{where}: base_path {shown} is not a directory: expected the directory holding "
             "the model's numbered version directories"

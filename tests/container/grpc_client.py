@@ -16,7 +16,7 @@ what the operation adds}. Operations ({"op": ...}):
 - dtypes: model; sends every dtype as make_tensor_proto writes it
   (tensor_content) and as the typed fields, compares what comes back.
 - metadata (model, version, fields), status (model, version),
-  reload (config: text ModelServerConfig), health (service), classify and
+  reload (config: text ModelServerConfig, timeout), health (service), classify and
   regress (model, signature, examples: [{feature: [floats]}]),
   multi_inference (model), big (floats: a predict of that many zeros),
   watch (service, seconds: Health.Watch's statuses), parallel (ops: at once).
@@ -236,7 +236,7 @@ def op_reload(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     config = model_server_config_pb2.ModelServerConfig()
     text_format.Parse(op["config"], config)
     request.config.CopyFrom(config)
-    return result(*call(stubs.models.HandleReloadConfigRequest, request, 120))
+    return result(*call(stubs.models.HandleReloadConfigRequest, request, op.get("timeout", 120)))
 
 
 def op_health(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:

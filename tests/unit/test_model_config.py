@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,10 @@ def test_latest_without_a_count_is_one(tmp_path: Path) -> None:
         ),
         ("model_config_list { config { name: 'a' } }", "base_path is missing"),
         ("model_config_list { config { base_path: '/' } }", "name '' is invalid"),
-        ("model_config_list { config { name: 'a/b' base_path: '/' } }", "name 'a/b' is invalid"),
+        (
+            "model_config_list { config { name: '..' base_path: '/' } }",
+            "name '..' is invalid: '..' cannot be part of a URL: HTTP clients remove it",
+        ),
         (
             "model_config_list { config { name: 'a' base_path: '/' model_platform: 'tflite' } }",
             "model_platform 'tflite' is not supported",
@@ -127,8 +131,8 @@ def test_latest_without_a_count_is_one(tmp_path: Path) -> None:
         ),
         (
             "model_config_list { config { name: 'a' base_path: '/' "
-            "version_labels { key: 'x:y' value: 1 } } }",
-            "version_labels key 'x:y' is invalid",
+            "version_labels { key: '.' value: 1 } } }",
+            "version_labels key '.' is invalid",
         ),
         (
             "model_config_list { config { name: 'a' base_path: '/' "
@@ -222,3 +226,45 @@ def test_a_bad_file_is_a_config_error_and_a_bad_flag_a_usage_error(tmp_path: Pat
         parse_config([f"--model_config_file={path}"], {}, budget=PlannedCpus(1, "t"))
     with pytest.raises(UsageError):
         parse_config(["--file_system_poll_wait_seconds=-1"], {}, budget=PlannedCpus(1, "t"))
+
+
+def test_names_with_url_characters_are_accepted(tmp_path: Path) -> None:
+    # TF Serving accepts any name, and its REST API reaches it percent-encoded
+    # (the route is matched, then the name decoded): so does this server.
+    dirs(tmp_path, "a")
+    names = ["team/model", "m:v2", "a?b", "c#d", "e\\\\f", "100%", "with space", "modèle"]
+    text = (
+        "model_config_list {"
+        + "".join(
+            f" config {{ name: '{n}' base_path: '{tmp_path}/a' "
+            f"version_labels {{ key: '{n}' value: 1 }} }}"
+            for n in names
+        )
+        + " }"
+    )
+    config = read_model_config(write(tmp_path, text))
+    assert config.names() == [n.replace("\\\\", "\\") for n in names]
+
+
+def test_a_base_path_that_cannot_be_looked_at_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11's Path.is_dir() re-raises EACCES, ESTALE, EIO: a ConfigError,
+    # never a traceback at start or a dead control thread on a live re-read.
+    dirs(tmp_path, "a")
+    real_is_dir = Path.is_dir
+
+    def is_dir(self: Path) -> bool:
+        if self.name == "a":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_is_dir(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    path = write(
+        tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{tmp_path}/a' }} }}"
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_model_config(path)
+    assert str(caught.value) == (
+        f"{path}:1 (model 'a'): base_path '{tmp_path}/a' cannot be read: Permission denied"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import itertools
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -455,7 +456,7 @@ def test_config_refuses_one_port_for_both_protocols() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--port", "70000"], ["--workers", "0"], ["--model-name", "a/b"], ["--grace-period", "-1"]],
+    [["--port", "70000"], ["--workers", "0"], ["--model-name", ".."], ["--grace-period", "-1"]],
 )
 def test_config_rejects_bad_values(argv: list[str]) -> None:
     from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
@@ -583,3 +584,75 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
     assert max(peak) <= 5
     assert pool.admitted == 0
     pool.shutdown()
+
+
+# -- the control thread and the model store (docs/robustness.md)
+
+
+def test_every_model_name_is_reachable_percent_encoded(tmp_path: Path) -> None:
+    # Starlette hands the application a decoded path; routes are matched on
+    # the path as sent, then the name decoded, as TF Serving does.
+    name = "a?b#c\\d%e f/g:h"
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "saved_model.pb").write_bytes(b"")
+    conf = parse_config(
+        ["--model_name", name, "--model_base_path", str(tmp_path), "--wait-for-model", "5"],
+        {},
+        budget=PlannedCpus(2, "test"),
+    )
+    app = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    encoded = "a%3Fb%23c%5Cd%25e%20f%2Fg%3Ah"
+    with TestClient(app) as client:
+        wait_ready(client)
+        predict = client.post(f"/v1/models/{encoded}:predict", json={"instances": [1.0]})
+        assert (predict.status_code, predict.json()) == (200, {"predictions": [2.5]})
+        status = client.get(f"/v1/models/{encoded}/versions/1")
+        assert status.status_code == 200
+        assert client.get(f"/v1/models/{encoded}/metadata").json()["model_spec"]["name"] == name
+        assert client.get("/readyz").json()["models"] == {name: [1]}
+
+
+def test_a_version_of_5000_digits_is_400_without_a_traceback(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    digits = "1" * 5000
+    for response in (
+        client.get(f"/v1/models/model/versions/{digits}"),
+        client.post(f"/v1/models/model/versions/{digits}:predict", json={"instances": [1.0]}),
+    ):
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error.startswith("Failed to convert version: 1111")
+        assert error.endswith("... to numeric.")
+    assert "Traceback" not in caplog.text
+    assert "internal error" not in caplog.text
+
+
+def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The control thread failing on a bug must not leave a server that answers
+    /healthz 200 while nothing updates its models: it exits 1, saying why."""
+    from tf_entrypoint.serving import app as app_module  # noqa: PLC0415
+    from tf_entrypoint.serving import server  # noqa: PLC0415
+    from tf_entrypoint.serving.lifecycle import Manager  # noqa: PLC0415
+
+    export(tmp_path)
+
+    def bug(self: Manager) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(app_module, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
+    monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = ["--model_base_path", str(tmp_path / "model"), "--rest_api_port", str(port),
+            "--port", "0", "--host", "127.0.0.1", "--wait-for-model", "5"]  # fmt: skip
+    exits: list[int] = []
+    thread = threading.Thread(target=lambda: exits.append(server.main(argv)), daemon=True)
+    thread.start()
+    thread.join(120)  # at once, unless the server goes on without its model manager
+    assert not thread.is_alive(), "the server kept running after its model manager failed"
+    assert exits == [server.EXIT_FATAL]
+    assert "the model manager thread failed: KeyError: 'a bug'; exiting" in caplog.text

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+import errno
+import functools
+import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tf_entrypoint.serving import examples as ex
+from tf_entrypoint.serving import lifecycle, repository
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
 from tf_entrypoint.serving.metrics import Metrics
@@ -461,12 +466,12 @@ def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
     )  # fmt: skip
     thread.start()
     try:
-        errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).result(timeout=10)
+        errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).done.result(timeout=10)
         assert errors == []
         assert served(manager, route(name="b")) == 1
         with pytest.raises(p.ApiError, match=r"Servable not found for request: Latest\(a\)"):
             served(manager, route(name="a"))
-        failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).result(timeout=10)
+        failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).done.result(timeout=10)
         assert len(failed) == 1
         assert "variables is incomplete" in failed[0]
         assert applied_on == ["model-manager", "model-manager"]
@@ -479,4 +484,358 @@ def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
     late = manager.submit(ServingConfig((spec(tmp_path, name="a"),)))
     manager._refuse_submitted("the server is stopping")
     with pytest.raises(RuntimeError, match="the server is stopping"):
-        late.result(timeout=1)
+        late.done.result(timeout=1)
+
+
+# -- the control thread and the model store (docs/robustness.md)
+
+
+def _fail_stat_under(
+    monkeypatch: pytest.MonkeyPatch, directory: Path, code: int
+) -> Callable[[], None]:
+    """os.stat raises OSError(`code`) for every path inside `directory` (not for
+    `directory` itself, as for a directory another uid wrote with mode 0700: its
+    own stat works, a look inside does not). Returns a function that undoes it."""
+    real_stat = os.stat
+    prefix = str(directory) + os.sep
+    failing = [True]
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if failing[0] and os.fspath(path).startswith(prefix):
+            raise OSError(code, os.strerror(code), os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+
+    def undo() -> None:
+        failing[0] = False
+
+    return undo
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        (errno.EACCES, "EACCES", "PERMISSION_DENIED"),
+        (errno.ESTALE, "ESTALE", "ABORTED"),
+        (errno.EIO, "EIO", "UNKNOWN"),
+    ],
+    ids=["EACCES", "ESTALE", "EIO"],
+)
+def test_an_unreadable_version_is_reported_once_and_retried_when_it_changes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fault: tuple[int, str, str],
+) -> None:
+    code, name, status_code = fault
+    export(tmp_path, 1)
+    loader = Loader()
+    manager, metrics = manager_for(spec(tmp_path), loader=loader)
+    assert manager.initial_load(1, lambda: False) == ""
+    unreadable = export(tmp_path, 2)
+    readable_again = _fail_stat_under(monkeypatch, unreadable, code)
+    caplog.set_level(logging.INFO, "tf_entrypoint.serving")
+    errors = manager.sync()
+    graph = unreadable / "saved_model.pb"
+    message = f"cannot read {unreadable}: {os.strerror(code)} ({name}): {graph}"
+    assert errors == [f"model 'm': {message}"]
+    # The old version keeps serving; the new one is END with the error and a code.
+    assert served(manager) == 1
+    status = {s.version: s for s in manager.status(route("status"))}
+    assert status[2] == p.VersionStatus(2, END, status_code, message)
+    assert status[1].state == AVAILABLE
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 1
+    logged = [r.getMessage() for r in caplog.records if message in r.getMessage()]
+    assert logged == [
+        f"model 'm': {message}; still serving version(s) [1]; retried when the directory changes"
+    ]
+    assert ("m", 2) not in loader.loaded  # no load of a directory that cannot be read
+    # The same directory again: not retried, not logged, not counted again.
+    assert manager.sync() == []
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 1
+    assert len([r for r in caplog.records if message in r.getMessage()]) == 1
+    # chmod changes the directory's ctime: retried (still failing: counted again) ...
+    unreadable.chmod(0o700)
+    assert len(manager.sync()) == 1
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 2
+    # ... and once it can be read, loaded and swapped in.
+    readable_again()
+    unreadable.chmod(0o755)
+    assert manager.sync() == []
+    assert served(manager) == 2
+    assert states(manager) == {2: AVAILABLE, 1: END}
+
+
+def test_an_unreadable_version_at_start_is_fatal_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unreadable = export(tmp_path, 1)
+    _fail_stat_under(monkeypatch, unreadable, errno.EACCES)
+    manager, _ = manager_for(spec(tmp_path))
+    assert manager.initial_load(1, lambda: False) == (
+        f"model 'm': cannot read {unreadable}: Permission denied (EACCES): "
+        f"{unreadable / 'saved_model.pb'}"
+    )
+
+
+def test_a_load_failing_with_an_os_error_reports_its_code(tmp_path: Path) -> None:
+    broken = export(tmp_path, 1)
+
+    def loader(directory: Path, version: int) -> Fake:
+        raise PermissionError(errno.EACCES, "Permission denied", str(directory / "variables"))
+
+    manager, _ = manager_for(spec(tmp_path), loader=loader)  # type: ignore[arg-type]
+    manager.initial_load(1, lambda: False)
+    assert manager.status(route("status"))[0].error_code == "PERMISSION_DENIED"
+    assert str(broken / "variables") in manager.status(route("status"))[0].error_message
+
+
+def test_version_directories_beyond_int64_are_ignored_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    export(tmp_path, 1)
+    timestamp = tmp_path / "m" / "20240101123045000000"  # microseconds: > 2**63 - 1
+    timestamp.mkdir()
+    (timestamp / "saved_model.pb").write_bytes(b"")
+    largest = export(tmp_path, 2**63 - 1)  # int64's largest: a version
+    loader = Loader()
+    manager, _ = manager_for(spec(tmp_path, All()), loader=loader)
+    caplog.set_level(logging.WARNING, "tf_entrypoint.serving")
+    assert manager.initial_load(1, lambda: False) == ""
+    manager.sync()
+    assert states(manager) == {2**63 - 1: AVAILABLE, 1: AVAILABLE}
+    assert loader.loaded == [("m", 2**63 - 1), ("m", 1)]
+    warnings = [r.getMessage() for r in caplog.records if "does not fit int64" in r.getMessage()]
+    assert warnings == [
+        f"model 'm': ignoring {timestamp}: its version number does not fit int64 (at most "
+        "9223372036854775807), as TF Serving ignores it; name versions with smaller numbers "
+        "(a Unix timestamp in seconds fits)"
+    ]
+    assert largest.name == "9223372036854775807"
+
+
+def test_version_names_are_checked_without_converting_long_strings() -> None:
+    assert repository.version_number("0009223372036854775807") == 2**63 - 1
+    assert repository.version_number("9223372036854775808") is None
+    assert repository.version_number("9" * 5000) is None  # int() would raise ValueError
+    assert repository.version_number("١٢") is None  # Unicode digits are not versions
+    assert repository.version_number("0") == 0
+
+
+@pytest.mark.parametrize(
+    "code", [errno.ESTALE, errno.EIO, errno.EACCES], ids=["ESTALE", "EIO", "EACCES"]
+)
+def test_io_errors_never_end_the_control_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """The model store failing with OSError in each step of a poll (listing, a
+    version's identity, the config file): every poll fails for a while, the
+    thread lives through it, keeps what serves, and picks up the new version
+    once the store answers again."""
+    export(tmp_path, 1)
+    manager, metrics = manager_for(spec(tmp_path))
+    failing: set[str] = set()
+    raised: collections.Counter[str] = collections.Counter()
+    real_scan, real_identity = repository.scan, repository.identity
+
+    def fail(step: str, path: object) -> None:
+        if step in failing:
+            raised[step] += 1
+            raise OSError(code, os.strerror(code), str(path))
+
+    def scan(model_dir: Path) -> repository.Listing | None:
+        fail("scan", model_dir)
+        return real_scan(model_dir)
+
+    def identity(directory: Path) -> repository.Identity | None:
+        fail("identity", directory)
+        return real_identity(directory)
+
+    edited: list[ModelSpec] = []  # what the config file adds once it is edited
+
+    def read_config() -> ServingConfig:
+        fail("config", "models.config")
+        return ServingConfig((spec(tmp_path), *edited))
+
+    monkeypatch.setattr(repository, "scan", scan)
+    monkeypatch.setattr(repository, "identity", identity)
+    stop = threading.Event()
+    fatal: list[str] = []
+    thread = threading.Thread(
+        target=manager.run,
+        kwargs={"wait": 5, "file_system_poll": 0.01, "config_poll": 0.01,
+                "reload": read_config, "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        assert wait_until(lambda: states_or_none(manager) == {1: AVAILABLE})
+        for version, step in enumerate(("scan", "identity"), start=2):
+            failing.add(step)
+            export(tmp_path, version)  # a new version the failing step hides
+            wanted = raised[step] + 3  # three polls fail in this step
+            assert wait_until(functools.partial(lambda s, n: raised[s] >= n, step, wanted)), step
+            assert thread.is_alive(), step
+            assert served(manager) == version - 1
+            failing.discard(step)
+            assert wait_until(functools.partial(lambda v: served_or_none(manager) == v, version))
+        # The config file cannot be read: its edit applies once it can.
+        failing.add("config")
+        export(tmp_path, 1, "n")
+        edited.append(spec(tmp_path, name="n"))
+        assert wait_until(lambda: raised["config"] >= 3)
+        assert thread.is_alive()
+        assert "n" not in manager.models()
+        failing.discard("config")
+        assert wait_until(lambda: served_or_none(manager, route(name="n")) == 1)
+        assert thread.is_alive()
+        assert fatal == []
+        assert sample(metrics, "serving_model_config_reloads_total", result="failure") >= 3
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def served_or_none(manager: Manager, r: p.Route | None = None) -> int | None:
+    try:
+        return served(manager, r)
+    except p.ApiError:
+        return None
+
+
+def test_requests_never_wait_for_the_model_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look at the files that hangs (NFS, FUSE) while a poll runs: status,
+    check, lease and readiness answer all the same (no I/O under their lock)."""
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path))
+    manager.initial_load(1, lambda: False)
+    entered, release = threading.Event(), threading.Event()
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        # The version directory's own stat (its identity), as a stale NFS handle hangs it.
+        if os.fspath(path) == str(tmp_path / "m" / "2") and not release.is_set():
+            entered.set()
+            release.wait(60)
+        return real_stat(path, *args, **kwargs)
+
+    export(tmp_path, 2)
+    monkeypatch.setattr(os, "stat", stat)
+    poll = threading.Thread(target=manager.sync)
+    poll.start()
+    answered: list[object] = []
+    try:
+        assert entered.wait(30)
+
+        def requests() -> None:
+            answered.append(manager.status(route("status")))
+            manager.check(route())
+            answered.append(served(manager))
+            answered.append(manager.readiness())
+
+        client = threading.Thread(target=requests)
+        client.start()
+        client.join(30)  # returns at once unless blocked behind the hanging stat
+        assert not client.is_alive(), "a request waited for the model store"
+        assert answered[1:] == [1, ([], {"m": [1]})]
+    finally:
+        release.set()
+        poll.join(30)
+    assert served(manager) == 2
+
+
+def test_a_bug_in_the_control_thread_ends_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path))
+    polls = [0]
+
+    def buggy(policy: Policy, on_disk: Sequence[int]) -> frozenset[int]:
+        polls[0] += 1
+        if polls[0] > 2:  # after start-up
+            raise ZeroDivisionError("a bug")
+        return frozenset(on_disk)
+
+    monkeypatch.setattr(lifecycle, "aspired_versions", buggy)
+    stop = threading.Event()
+    fatal: list[str] = []
+    thread = threading.Thread(
+        target=manager.run,
+        kwargs={"wait": 5, "file_system_poll": 0.01, "config_poll": 0, "reload": None,
+                "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        stop.set()
+    assert fatal == ["the model manager thread failed: ZeroDivisionError: a bug"]
+    assert "the model manager thread failed" in caplog.text
+    # A reload handed over after the failure is refused at once, never left waiting.
+    late = manager.submit(ServingConfig((spec(tmp_path),)))
+    with pytest.raises(RuntimeError, match="the model manager thread failed"):
+        late.done.result(timeout=1)
+
+
+def test_an_accepted_reload_is_applied_even_when_its_call_gives_up(tmp_path: Path) -> None:
+    """HandleReloadConfigRequest's deadline passes (or its client cancels) while
+    the control thread is busy: the configuration still applies, and the answer
+    said truthfully that it was queued, then applied."""
+    export(tmp_path, 1, "a")
+    export(tmp_path, 1, "b")
+    busy, release = threading.Event(), threading.Event()
+
+    class Busy(Loader):
+        def __call__(self, directory: Path, version: int) -> Fake:
+            if directory.parent.name == "a" and version == 2:
+                busy.set()
+                release.wait(60)
+            return super().__call__(directory, version)
+
+    manager, _ = manager_for(spec(tmp_path, name="a"), loader=Busy())
+    stop = threading.Event()
+    fatal: list[str] = []
+    thread = threading.Thread(
+        target=manager.run,
+        kwargs={"wait": 5, "file_system_poll": 0.01, "config_poll": 0, "reload": None,
+                "stop": stop, "on_fatal": fatal.append},
+    )  # fmt: skip
+    thread.start()
+    try:
+        assert wait_until(lambda: served_or_none(manager, route(name="a")) == 1)
+        export(tmp_path, 2, "a")
+        assert busy.wait(30)  # the control thread is loading a/2
+        submission = manager.submit(ServingConfig((spec(tmp_path, name="b"),)))
+        # The call's time runs out: asyncio's wait_for cancels the future it waited on.
+        assert submission.done.cancel()
+        late = submission.late(2)
+        assert (late.status, late.code) == (504, "DEADLINE_EXCEEDED")
+        assert late.message.startswith("The new configuration is not applied yet")
+        release.set()
+        assert wait_until(lambda: served_or_none(manager, route(name="b")) == 1)
+        assert submission.applied.is_set()
+        assert "a" not in manager.models()
+        applied = submission.late(2)
+        assert applied.message == (
+            "The new configuration is applied, but its versions did not finish loading within "
+            "2 s; GetModelStatus shows their progress"
+        )
+    finally:
+        release.set()
+        stop.set()
+        thread.join(10)
+    assert fatal == []
