@@ -32,6 +32,7 @@ from tf_entrypoint.serving import monitoring, service
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.model_config import read_model_config
@@ -131,7 +132,7 @@ class InferencePool:
         future.add_done_callback(self._release)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
-        except TimeoutError:
+        except TIMEOUT_ERRORS:
             future.cancel()
             raise p.ApiError(504, expired) from None
 

@@ -50,6 +50,7 @@ from tensorflow_serving.apis import (
 from tf_entrypoint.serving import monitoring
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import ServingState
+from tf_entrypoint.serving.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
 
@@ -358,7 +359,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                 errors = await asyncio.wait_for(
                     asyncio.wrap_future(submission.done), max(timeout, 0.001) if timeout else None
                 )
-            except TimeoutError:
+            except TIMEOUT_ERRORS:
                 late = submission.late(timeout)
                 log.warning("HandleReloadConfigRequest: %s", late.message)
                 raise late from None
