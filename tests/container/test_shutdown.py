@@ -1,0 +1,169 @@
+"""Deadlines and shutdown in the real image (docs/robustness.md, "Deadlines and shutdown").
+
+The model (make_gated_models.py) computes until the test creates a file in a
+mounted directory, so a call stays in TensorFlow exactly as long as the test
+needs, whatever the CPU, and leaves a file behind when it starts: the test
+knows whether a call ran at all. gRPC calls come from TF Serving's own stubs
+in a sidecar that shares the server's network namespace (grpc_client.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from docker.models.containers import Container
+
+from tests.container.dockerkit import Containers, poll, remove, wait
+from tests.container.test_grpc import READY_TIMEOUT, Server
+
+HERE = Path(__file__).resolve().parent
+TIGHT = """
+max_batch_size { value: 1 }
+max_enqueued_batches { value: 4 }
+num_batch_threads { value: 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gated-library")
+    root.chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_gated_models.py", "/models"],
+        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    (root / "tight.txt").write_text(TIGHT)
+    return root
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """The directory the model watches (/gate), writable by the image's user."""
+    path = tmp_path / "gate"
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+@contextmanager
+def gated_server(containers: Containers, library: Path, gate: Path, *args: str) -> Iterator[Server]:
+    container = containers.start(
+        ["serve", "--model_name=gated", "--model_base_path=/models/gated", *args],
+        volumes={
+            str(library): {"bind": "/models", "mode": "ro"},
+            str(gate): {"bind": "/gate", "mode": "rw"},
+        },
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(containers, container, f"http://127.0.0.1:{port}")
+
+        def ready() -> bool:
+            container.reload()
+            assert container.status == "running", server.logs()
+            try:
+                return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+            except httpx2.TransportError:
+                return False
+
+        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+        yield server
+    finally:
+        remove(container)
+
+
+def rest_predict(server: Server, keys: list[str]) -> tuple[int, Any]:
+    """(status, the JSON body, or its text when it is not JSON)."""
+    answer = httpx2.post(
+        f"{server.rest}/v1/models/gated:predict", json={"inputs": {"key": keys}}, timeout=120
+    )
+    try:
+        return answer.status_code, answer.json()
+    except ValueError:
+        return answer.status_code, answer.text
+
+
+def grpc_predict(keys: list[str], timeout: float = 120) -> dict[str, Any]:
+    return {
+        "op": "predict",
+        "model": "gated",
+        "inputs": {"key": {"values": keys, "dtype": "S"}},
+        "timeout": timeout,
+    }
+
+
+def start_grpc_client(server: Server, *operations: dict[str, Any]) -> Container:
+    """The operations in a sidecar, started now; read its answer with grpc_answers()."""
+    return server.containers.start(
+        ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(operations))],
+        network_mode=f"container:{server.container.id}",
+        volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
+    )
+
+
+def grpc_answers(client: Container) -> list[dict[str, Any]]:
+    try:
+        ran = wait(client, 120)
+    finally:
+        remove(client)
+    assert ran.exit_code == 0, ran.stderr
+    answers: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return answers
+
+
+def running(gate: Path, *keys: str) -> bool:
+    """Whether calls with these keys have started in TensorFlow."""
+    return all((gate / f"ran-{key}").exists() for key in keys)
+
+
+def test_a_call_that_runs_alone_is_withdrawn_when_its_deadline_passes_while_waiting(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """With batching, a request larger than max_batch_size runs alone, at most
+    num_batch_threads (1) at once; one waiting for its turn past its deadline
+    gets 504 / DEADLINE_EXCEEDED, never runs, and frees its admission slot."""
+    with gated_server(
+        containers, library, gate,
+        "--enable_batching", "--batching_parameters_file=/models/tight.txt",
+        "--request-timeout=1",
+    ) as server, ThreadPoolExecutor(2) as pool:  # fmt: skip
+        # Two rows, above max_batch_size 1: runs alone, and computes until
+        # the test opens its gate (its client gets 504 after 1 s).
+        first = pool.submit(rest_predict, server, ["a", "a"])
+        assert poll(lambda: running(gate, "a"), 120, 0.05), server.logs()
+        # Two more calls that run alone must wait for it.
+        second = pool.submit(rest_predict, server, ["b", "b"])
+        client = start_grpc_client(server, grpc_predict(["c", "c"], timeout=30))
+        try:
+            (third,) = grpc_answers(client)
+        finally:
+            remove(client)
+        status, body = second.result(timeout=60)
+        assert (status, body) == (504, {"error": "Request timed out after 1 s (--request-timeout)"})
+        assert (third["code"], third["message"]) == (
+            "DEADLINE_EXCEEDED", "Request timed out after 1 s (--request-timeout)"
+        )  # fmt: skip
+        # Their slots are free at once, while the first still computes.
+        one = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
+        assert poll(one, 30, 0.1), server.metric("serving_predict_in_flight")
+        assert running(gate, "a")
+        (gate / "open-a").touch()
+        assert first.result(timeout=60)[0] == 504  # its client gave up after 1 s
+        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
+        assert poll(idle, 60, 0.1), server.logs()
+        # The withdrawn calls never ran, then or later.
+        assert not running(gate, "b"), sorted(gate.iterdir())
+        assert not running(gate, "c"), sorted(gate.iterdir())
+        assert "Traceback" not in server.logs()
