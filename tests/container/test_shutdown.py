@@ -10,8 +10,10 @@ in a sidecar that shares the server's network namespace (grpc_client.py).
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,12 @@ from tests.container.dockerkit import Containers, poll, remove, wait
 from tests.container.test_grpc import READY_TIMEOUT, Server
 
 HERE = Path(__file__).resolve().parent
+#: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
+EXIT_MARGIN = 1.0
+#: Time the host adds to a stop it measures: the signal through Docker and
+#: tini, and Docker noticing the exit (generous: the machine may be loaded).
+DOCKER_SLACK = 2.0
+STOPPED = "The server stopped before the request finished"
 TIGHT = """
 max_batch_size { value: 1 }
 max_enqueued_batches { value: 4 }
@@ -126,6 +134,102 @@ def grpc_answers(client: Container) -> list[dict[str, Any]]:
 def running(gate: Path, *keys: str) -> bool:
     """Whether calls with these keys have started in TensorFlow."""
     return all((gate / f"ran-{key}").exists() for key in keys)
+
+
+def test_sigterm_cuts_off_calls_at_the_end_of_the_grace_period(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    grace = 2.0
+    with gated_server(
+        containers, library, gate, f"--grace-period={grace:g}", "--workers=2"
+    ) as server, ThreadPoolExecutor(1) as pool:  # fmt: skip
+        rest: Future[tuple[int, Any]] = pool.submit(rest_predict, server, ["rest"])
+        client = start_grpc_client(server, grpc_predict(["grpc"]))
+        try:
+            # Both admitted, at least one computing in TensorFlow (under one
+            # CPU, TensorFlow's one inter-op thread may run them in turn).
+            both = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
+            assert poll(both, 120, 0.05), server.logs()
+            assert poll(lambda: running(gate, "rest") or running(gate, "grpc"), 60, 0.05)
+            sent = time.monotonic()
+            server.container.kill(signal="SIGTERM")
+            stopped = wait(server.container, 60)
+            took = time.monotonic() - sent
+            (grpc,) = grpc_answers(client)
+        finally:
+            remove(client)
+        status, body = rest.result(timeout=60)
+    # Both calls still compute (the gate never opened): the server answered
+    # them itself at the end of the grace period, then exited without them.
+    assert stopped.exit_code == 0, stopped.stderr
+    assert took < grace + EXIT_MARGIN + DOCKER_SLACK, (took, stopped.stderr)
+    assert status == 503, body
+    assert body["error"].startswith(STOPPED), body
+    assert f"({grace:g} s, --grace-period)" in body["error"]
+    assert (grpc["code"], grpc["message"]) == ("UNAVAILABLE", body["error"]), grpc
+    assert "Traceback" not in stopped.stderr
+    assert "received SIGTERM: draining" in stopped.stderr
+    assert "received SIGTERM again" not in stopped.stderr  # one signal, one drain
+    assert "grace period ended: 2 call(s) still running were answered 503" in stopped.stderr
+    found = re.search(r"stopped ([0-9.]+) s after the drain began \(2 call\(s\) cut off\)",
+                      stopped.stderr)  # fmt: skip
+    assert found, stopped.stderr
+    assert grace - 0.05 <= float(found.group(1)) <= grace + EXIT_MARGIN, found.group(0)
+
+
+def test_without_rest_the_grpc_call_is_cut_off_as_well(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """gRPC alone (--rest_api_port=0): the same cut-off, the same prompt exit."""
+    container = containers.start(
+        ["serve", "--model_name=gated", "--model_base_path=/models/gated",
+         "--rest_api_port=0", "--grace-period=1"],
+        volumes={
+            str(library): {"bind": "/models", "mode": "ro"},
+            str(gate): {"bind": "/gate", "mode": "rw"},
+        },
+        nano_cpus=1_000_000_000,
+    )  # fmt: skip
+    try:
+        server = Server(containers, container, "")
+        assert poll(lambda: "is available" in server.logs(), READY_TIMEOUT, 0.25), server.logs()
+        client = start_grpc_client(server, grpc_predict(["alone"]))
+        try:
+            assert poll(lambda: running(gate, "alone"), 120, 0.05), server.logs()
+            sent = time.monotonic()
+            container.kill(signal="SIGTERM")
+            stopped = wait(container, 60)
+            took = time.monotonic() - sent
+            (grpc,) = grpc_answers(client)
+        finally:
+            remove(client)
+    finally:
+        remove(container)
+    assert stopped.exit_code == 0, stopped.stderr
+    assert took < 1 + EXIT_MARGIN + DOCKER_SLACK, (took, stopped.stderr)
+    assert grpc["code"] == "UNAVAILABLE", grpc
+    assert grpc["message"].startswith(STOPPED), grpc
+    assert "Traceback" not in stopped.stderr
+    assert "(1 call(s) cut off)" in stopped.stderr
+
+
+def test_docker_stop_with_its_default_timeout_never_kills_the_server(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """The default --grace-period (8 s) plus the margin ends before Docker's 10 s."""
+    with gated_server(containers, library, gate) as server, ThreadPoolExecutor(1) as pool:
+        rest = pool.submit(rest_predict, server, ["forever"])
+        assert poll(lambda: running(gate, "forever"), 120, 0.05), server.logs()
+        sent = time.monotonic()
+        server.container.stop()  # Docker's default: SIGTERM, SIGKILL 10 s later
+        took = time.monotonic() - sent
+        stopped = wait(server.container, 10)
+    assert stopped.exit_code == 0, (stopped.exit_code, stopped.stderr)  # 137: SIGKILL
+    assert took < 10, took
+    status, body = rest.result(timeout=60)
+    assert status == 503, body
+    assert body["error"].startswith(STOPPED), body
+    assert "Traceback" not in stopped.stderr
 
 
 def test_a_call_that_runs_alone_is_withdrawn_when_its_deadline_passes_while_waiting(
