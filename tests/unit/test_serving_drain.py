@@ -7,11 +7,13 @@ tested in the image: tests/container/test_shutdown.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -24,7 +26,7 @@ from tf_entrypoint.serving.batching import (
     acquire_before_deadline,
     run_with_deadline,
 )
-from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff
+from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
 
 
 class Stuck(HalfPlusTwo):
@@ -66,6 +68,39 @@ def test_a_request_still_running_at_the_cut_off_is_answered_503_with_json(
             assert (late.status_code, late.json()) == (503, {"error": STOPPED.format(grace=3)})
     finally:
         model.release.set()
+
+
+def test_a_request_whose_body_is_still_arriving_is_answered_503_too() -> None:
+    """Whatever a request waits for when the grace period ends, here a slow client's body."""
+    cutoff = CutOff("stopped")
+    sent: list[MutableMapping[str, Any]] = []
+    reading = threading.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reading.set()
+        await receive()  # the client never sends the rest of its body
+        raise AssertionError("unreachable")
+
+    async def receive() -> MutableMapping[str, Any]:
+        await asyncio.sleep(30)
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    def serve() -> None:
+        asyncio.run(CutOffMiddleware(app, cutoff)({"type": "http"}, receive, send))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    assert reading.wait(5)
+    assert cutoff.fire() == 1
+    thread.join(5)
+    assert not thread.is_alive()
+    start, body = sent
+    assert start["status"] == 503
+    assert (b"content-type", b"application/json") in start["headers"]
+    assert json.loads(body["body"]) == {"error": "stopped"}
 
 
 def test_without_a_cut_off_a_cancelled_request_stays_cancelled() -> None:
