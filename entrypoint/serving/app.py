@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -32,6 +33,7 @@ from tf_entrypoint.serving import monitoring, service
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.model_config import read_model_config
@@ -131,7 +133,7 @@ class InferencePool:
         future.add_done_callback(self._release)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
-        except TimeoutError:
+        except TIMEOUT_ERRORS:
             future.cancel()
             raise p.ApiError(504, expired) from None
 
@@ -157,6 +159,8 @@ class ServingState:
     #: True when gRPC shares the pool: the server closes it after both drains,
     #: not REST's lifespan.
     shared_shutdown: bool = False
+    #: The end of the grace period: requests still handled then are answered 503.
+    cutoff: CutOff = field(default_factory=CutOff)
     _manager_thread: threading.Thread | None = field(default=None, repr=False)
 
     def manage_models(self) -> None:
@@ -380,6 +384,7 @@ def create_app(
         metrics=metrics,
         pool=InferencePool(request_threads(config), config.max_queue, metrics),
         on_fatal=on_fatal,
+        cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
     )
     endpoints = _Endpoints(state)
     probes = ["GET", "HEAD"]
@@ -398,6 +403,7 @@ def create_app(
             Exception: endpoints.internal_error,
         },
         lifespan=endpoints.lifespan,
+        middleware=[Middleware(CutOffMiddleware, cutoff=state.cutoff)],
     )
     app.state.serving = state
     return app

@@ -211,6 +211,8 @@ def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: st
     """
     _local.deadline, _local.expired = deadline, expired
     try:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise expired_error()  # waited for a worker until too late: never starts
         return work()
     finally:
         _local.deadline, _local.expired = None, ""
@@ -219,6 +221,26 @@ def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: st
 def current_deadline() -> float | None:
     deadline: float | None = getattr(_local, "deadline", None)
     return deadline
+
+
+def expired_error() -> p.ApiError:
+    """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
+    return p.ApiError(504, getattr(_local, "expired", "") or QUEUED_TOO_LONG)
+
+
+def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
+    """Take `semaphore` before the calling request's deadline, or raise its 504.
+
+    For calls that run alone with batching on: a request that is still
+    waiting for its turn when its deadline passes is withdrawn (it never
+    runs, and its worker thread and admission slot are freed at once).
+    """
+    deadline = current_deadline()
+    remaining = None if deadline is None else deadline - time.monotonic()
+    if remaining is not None and remaining <= 0:
+        raise expired_error()
+    if not semaphore.acquire(timeout=remaining):
+        raise expired_error()
 
 
 # -- the queue
@@ -347,7 +369,7 @@ class Batcher(Generic[P, R]):
             with self._lock:
                 if not task.started:
                     self._withdraw(task)
-                    raise p.ApiError(504, getattr(_local, "expired", "") or QUEUED_TOO_LONG)
+                    raise expired_error()
             task.done.wait()  # running: TensorFlow cannot be interrupted
         return self._outcome(task)
 

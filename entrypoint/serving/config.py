@@ -353,7 +353,8 @@ FLAGS: tuple[Flag, ...] = (
          default=f"{DEFAULT_QUEUE_PER_WORKER} per worker", tf_serving=False),
     Flag("max-body-bytes", "largest request body; larger gets 413", env=ENV_MAX_BODY_BYTES,
          default=str(DEFAULT_MAX_BODY_BYTES), tf_serving=False),
-    Flag("grace-period", "seconds in-flight requests get after SIGTERM", env=ENV_GRACE_PERIOD,
+    Flag("grace-period", "seconds in-flight requests get after SIGTERM; those still running "
+         "then get 503 and the process exits within 1 s", env=ENV_GRACE_PERIOD,
          default=f"{DEFAULT_GRACE_PERIOD:g}", tf_serving=False),
     Flag("wait-for-model", "seconds to wait for a first version to appear before exiting 1",
          env=ENV_WAIT_FOR_MODEL, default=f"{DEFAULT_WAIT_FOR_MODEL:g}", tf_serving=False),

@@ -50,6 +50,7 @@ from tensorflow_serving.apis import (
 from tf_entrypoint.serving import monitoring
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import ServingState
+from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
 
@@ -155,21 +156,26 @@ class _Handlers:
         """Run one RPC: `answer` gives the response or raises ApiError."""
         started = time.perf_counter()
         target: p.Route | None = None
+        cutoff = self.state.cutoff
         try:
             if self.state.draining:
                 raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
-            target = route()
-            response = answer(target)
-            if asyncio.iscoroutine(response):
-                response = await response
+            with cutoff.track():
+                target = route()
+                response = answer(target)
+                if asyncio.iscoroutine(response):
+                    response = await response
             code, message = "OK", ""
         except p.ApiError as err:
             code, message = err.code, err.message
         except ConfigError as err:
             code, message = "INVALID_ARGUMENT", str(err)
-        except asyncio.CancelledError:  # the client went away or its deadline passed
-            self._observe(method, "CANCELLED", started, target)
-            raise
+        except asyncio.CancelledError:
+            if not cutoff.fired:  # the client went away or its deadline passed
+                self._observe(method, "CANCELLED", started, target)
+                raise
+            cutoff.absorb()  # still running when the grace period ended
+            code, message = "UNAVAILABLE", cutoff.message
         except Exception as err:  # a bug of ours: logged, answered INTERNAL, never hidden
             log.error("internal error in gRPC %s", method, exc_info=err)
             code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
@@ -358,7 +364,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                 errors = await asyncio.wait_for(
                     asyncio.wrap_future(submission.done), max(timeout, 0.001) if timeout else None
                 )
-            except TimeoutError:
+            except TIMEOUT_ERRORS:
                 late = submission.late(timeout)
                 log.warning("HandleReloadConfigRequest: %s", late.message)
                 raise late from None
@@ -536,7 +542,10 @@ class GrpcServer:
         await self._drain.wait()
         watcher.cancel()
         await self.health.close()
-        await server.stop(config.grace_period)
+        # Calls still running when the grace period ends are answered
+        # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
+        # would cancel them (CANCELLED) at the end of this longer wait.
+        await server.stop(config.grace_period + EXIT_MARGIN + 1)
 
     async def _watch_health(self) -> None:
         while True:

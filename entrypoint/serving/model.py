@@ -14,7 +14,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,12 @@ import tensorflow as tf
 
 from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.batching import Batcher, BatchHooks, BatchingParameters
+from tf_entrypoint.serving.batching import (
+    Batcher,
+    BatchHooks,
+    BatchingParameters,
+    acquire_before_deadline,
+)
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -374,10 +379,20 @@ class TensorFlowServable:
         self._alone = threading.BoundedSemaphore(parameters.num_batch_threads)
         self._batching, self._batch_hooks = parameters, hooks
 
-    def _unbatched(self) -> contextlib.AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def _unbatched(self) -> Iterator[None]:
         """Around a call that runs alone: with batching on, request threads are
-        many (--max-queue), so at most num_batch_threads such calls run at once."""
-        return contextlib.nullcontext() if self._batching is None else self._alone
+        many (--max-queue), so at most num_batch_threads such calls run at once;
+        one whose deadline passes while it waits for its turn is withdrawn (504)."""
+        if self._batching is None:
+            yield
+            return
+        alone = self._alone
+        acquire_before_deadline(alone)
+        try:
+            yield
+        finally:
+            alone.release()
 
     def close(self) -> None:
         """Stop the batch threads (the version is unloading; nothing is in flight)."""

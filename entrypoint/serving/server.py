@@ -5,29 +5,35 @@ loaded once and TensorFlow's process-wide thread pools are shared, so the
 whole server stays within the CPU budget the entrypoint planned for.
 
 SIGTERM (docker stop, Kubernetes) or SIGINT: /readyz turns 503, the listening
-socket closes, idle keep-alive connections close, requests in flight finish
-(up to --grace-period seconds), then the process exits 0. A second SIGINT
-forces an immediate stop. Exit 1 when a model has no version within
---wait-for-model seconds or loading one fails at start; 64 for a bad command
-line; 78 for a model or monitoring config file that cannot be served.
+sockets close, idle keep-alive connections close, requests in flight get
+--grace-period seconds to finish. Those still running then are answered 503 /
+UNAVAILABLE by the server (drain.CutOff; TensorFlow cannot interrupt them),
+and the process exits 0 without waiting for their threads, at most
+drain.EXIT_MARGIN seconds after the grace period ended. A second SIGTERM or
+SIGINT ends the grace period at once. Exit 1 when a model has no version
+within --wait-for-model seconds or loading one fails at start; 64 for a bad
+command line; 78 for a model or monitoring config file that cannot be served.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import uvicorn
 
 from tf_entrypoint.serving.app import ServingState, create_app
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
+from tf_entrypoint.serving.drain import EXIT_MARGIN
 from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
 if TYPE_CHECKING:
@@ -41,19 +47,124 @@ EXIT_USAGE = 64
 EXIT_CONFIG = 78
 
 
+class _Stop:
+    """The drain: begun by a signal or a fatal error, ended by the grace period.
+
+    :meth:`begin` turns /readyz and health NOT_SERVING, starts gRPC's drain
+    (uvicorn drains REST on its own) and a timer thread: at the end of
+    --grace-period it cuts off the calls still running (drain.CutOff: they
+    are answered 503 / UNAVAILABLE), and EXIT_MARGIN seconds later, should
+    main() not have returned yet, it exits (:func:`exit_now`). Once main()
+    has returned (:meth:`finish`) the timer does nothing: its caller exits
+    (``python -m``), or goes on (a test calling main() in-process).
+    """
+
+    def __init__(self, state: ServingState, exit_code: Callable[[], int]) -> None:
+        self.state = state
+        self.grpc_server: GrpcServer | None = None
+        self.exit_code = exit_code
+        self.began: float | None = None
+        # Re-entrant: a signal handler runs on the main thread, which may be in begin() already.
+        self._lock = threading.RLock()
+        self._now = threading.Event()  # a second signal: end the grace period now
+        self._finished = threading.Event()  # main() has returned: nothing left to watch
+        self._wake = threading.Event()  # either of those
+
+    def begin(self, signum: int | None) -> None:
+        """Start the drain (idempotent; a second signal cuts off at once)."""
+        state = self.state
+        with self._lock:
+            first = self.began is None
+            if first:
+                self.began = time.monotonic()
+        if first:
+            if signum is not None:
+                log.info(
+                    "received %s: draining (up to %g s for requests in flight)",
+                    signal.Signals(signum).name,
+                    state.config.grace_period,
+                )
+            threading.Thread(target=self._timer, name="grace-period", daemon=True).start()
+        elif signum is not None and not self._now.is_set():
+            log.warning("received %s again: ending the grace period now",
+                        signal.Signals(signum).name)  # fmt: skip
+            self._now.set()
+            self._wake.set()
+        state.draining = True
+        state.stop.set()
+        if self.grpc_server is not None:
+            self.grpc_server.drain()
+
+    def finish(self) -> None:
+        """main() is returning: its caller exits (exit_now), the timer has nothing to do."""
+        self._finished.set()
+        self._wake.set()
+
+    def _timer(self) -> None:
+        self._wake.wait(self.state.config.grace_period)
+        if self._finished.is_set():
+            return
+        cut = self.state.cutoff.fire()
+        if cut:
+            log.warning(
+                "%s: %d call(s) still running were answered 503 / UNAVAILABLE "
+                "(TensorFlow cannot interrupt them; the process exits without waiting "
+                "for them)",
+                "grace period ended" if not self._now.is_set() else "second signal",
+                cut,
+            )
+        if self._finished.wait(EXIT_MARGIN):
+            return
+        log.error("still running %g s after the grace period ended: exiting now", EXIT_MARGIN)
+        exit_now(self.exit_code())
+
+    def stopped(self) -> str:
+        """How long the stop took, for the last log line."""
+        if self.began is None:
+            return "stopped"
+        took, cut = time.monotonic() - self.began, self.state.cutoff.cut
+        return f"stopped {took:.2f} s after the drain began ({cut} call(s) cut off)"
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, telling the application when shutdown starts."""
 
-    def __init__(
-        self, config: uvicorn.Config, state: ServingState, grpc_server: GrpcServer | None
-    ) -> None:
+    def __init__(self, config: uvicorn.Config, stop: _Stop) -> None:
         super().__init__(config)
-        self.serving_state = state
-        self.grpc_server = grpc_server
+        self.stop = stop
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """The server's own handlers (main) stay and call handle_exit.
+
+        uvicorn's would re-raise the signal that stopped it once it has shut
+        down, which with Python's defaults turns a clean drain into "killed
+        by SIGTERM" (exit 143), and with ours would read as a second signal.
+        """
+        yield
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        _begin_drain(self.serving_state, self.grpc_server, sig)
-        super().handle_exit(sig, frame)
+        self.stop.begin(sig)
+        # A second signal ends the grace period now (stop.begin): the calls
+        # still running are answered 503, and uvicorn's own answer to a second
+        # SIGINT (force_exit: drop them unanswered) is not wanted.
+        if not self.should_exit:
+            super().handle_exit(sig, frame)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flush the logs and streams and end the process, whatever threads still run.
+
+    Worker threads still computing calls that were cut off (TensorFlow cannot
+    interrupt them) would hold an ordinary exit: concurrent.futures joins its
+    workers at exit, for as long as they compute. Nothing else is left to do.
+    """
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe
+            stream.flush()
+    os._exit(code)
 
 
 def _configure_logging(level: str) -> None:
@@ -131,54 +242,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s; exiting", message)
         fatal.append(message)
         stopping.set()
+        stop.begin(None)
         if rest is not None:
             rest.should_exit = True  # read by uvicorn's main loop every 0.1 s
 
     rest: _Server | None = None
     app = create_app(config, on_fatal=on_fatal)
     state: ServingState = app.state.serving
+    stop = _Stop(state, lambda: EXIT_FATAL if fatal else EXIT_OK)
     try:
-        grpc_server = _start_grpc(state)
+        grpc_server = stop.grpc_server = _start_grpc(state)
     except OSError as err:  # the port is taken, or the address invalid
         log.error("%s; exiting", err)
         return EXIT_FATAL
     if grpc_server is not None:
         state.shared_shutdown = True  # the pool outlives REST's drain until gRPC's is over
-    # uvicorn re-raises the signal that stopped it once it has shut down
-    # gracefully; with Python's defaults that would turn a clean drain into
-    # "killed by SIGTERM" (exit 143). These handlers make it a no-op for
-    # uvicorn; without REST they start the drain themselves.
+    try:  # until main() returns, a drain that takes too long ends the process (_Stop)
+        started = True
+        if config.rest_port:
+            uv_config = uvicorn.Config(
+                app,
+                host=config.host,
+                port=config.rest_port,
+                lifespan="on",
+                log_config=None,  # ours, above
+                log_level=config.log_level,
+                access_log=config.access_log,
+                # A backstop never reached: requests still running when the
+                # grace period ends are answered 503 by the cut-off (drain.py)
+                # before uvicorn would cancel them (a 500 and a traceback).
+                timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
+                server_header=False,
+            )
+            rest = _Server(uv_config, stop)
+            _handle_signals(rest.handle_exit)
+            rest.run()
+            started = rest.started  # False: port in use, lifespan failure (uvicorn logged why)
+        else:
+            _handle_signals(lambda signum, frame: stop.begin(signum))
+            state.start()
+            while not stopping.wait(0.1) and not state.stop.is_set():
+                pass
+        if grpc_server is not None:
+            stop.begin(None)
+            grpc_server.join(config.grace_period + EXIT_MARGIN)
+        state.close()
+        if fatal or not started:
+            return EXIT_FATAL
+        log.info("%s", stop.stopped())
+        return EXIT_OK
+    finally:
+        stop.finish()
+
+
+def _handle_signals(handler: Callable[[int, FrameType | None], None]) -> None:
+    """SIGTERM and SIGINT start the drain (a second one ends the grace period)."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, frame: _begin_drain(state, grpc_server, signum))
-    started = True
-    if config.rest_port:
-        uv_config = uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.rest_port,
-            lifespan="on",
-            log_config=None,  # ours, above
-            log_level=config.log_level,
-            access_log=config.access_log,
-            timeout_graceful_shutdown=math.ceil(config.grace_period),
-            server_header=False,
-        )
-        rest = _Server(uv_config, state, grpc_server)
-        rest.run()
-        started = rest.started  # False: port in use, lifespan failure (uvicorn logged why)
-    else:
-        state.start()
-        while not stopping.wait(0.1) and not state.stop.is_set():
-            pass
-    if grpc_server is not None:
-        _begin_drain(state, grpc_server, None)
-        grpc_server.join(config.grace_period + 2)
-    state.close()
-    if fatal or not started:
-        return EXIT_FATAL
-    log.info("stopped")
-    return EXIT_OK
+            signal.signal(sig, handler)
 
 
 def _start_grpc(state: ServingState) -> GrpcServer | None:
@@ -193,17 +314,3 @@ def _start_grpc(state: ServingState) -> GrpcServer | None:
     log.info("gRPC (TF Serving's PredictionService, ModelService, health) on %s",
              ", ".join(server.addresses()))  # fmt: skip
     return server
-
-
-def _begin_drain(state: ServingState, grpc_server: GrpcServer | None, signum: int | None) -> None:
-    """SIGTERM without REST (with REST, uvicorn's handler calls this too)."""
-    if signum is not None and not state.draining:
-        log.info(
-            "received %s: draining (up to %g s for requests in flight)",
-            signal.Signals(signum).name,
-            state.config.grace_period,
-        )
-    state.draining = True
-    state.stop.set()
-    if grpc_server is not None:
-        grpc_server.drain()

@@ -18,7 +18,9 @@ Cells (TF_ENTRYPOINT_MATRIX=tf2.12,tf2.21 limits a run to some of them):
 | tf2.12-py3.10 | 2.12.0     | 2     | 3.10   | Ubuntu 22.04 (jammy)   | system       |
 
 plus, for the bad-input tests, TensorFlow 2.11.1 on jammy (older than the
-range) and the bookworm base with no TensorFlow at all.
+range) and the bookworm base with no TensorFlow at all; and, for the model
+server on Python 3.10 (test_serving.py), the tf2.12-py3.10 cell with the
+server's packages (serve.Dockerfile, tagged :tf2.12-py3.10-serve).
 
 Base images: always the air-gapped ones from scripts/build-base-image
 (tf-entrypoint-base:bookworm, which the images' build makes too, and
@@ -114,7 +116,10 @@ def repository() -> str:
 #: which is not among the package sources this project's machines are promised
 #: (PyPI, Debian, npm). They run where TF_ENTRYPOINT_MATRIX_UBUNTU=1 (`make
 #: matrix` sets it); elsewhere, `make test` and CI included, they are
-#: deselected, and the README records their last result with its date.
+#: deselected, and the README records their last result with its date. One
+#: exception: test_serving.py, the model server on Python 3.10 (the only
+#: Python 3.10 there is here), runs in CI too (about 3 minutes cold); it uses
+#: none of the fixtures or names below. README: "The matrix in CI".
 UBUNTU = os.environ.get("TF_ENTRYPOINT_MATRIX_UBUNTU", "").strip() == "1"
 UBUNTU_FIXTURES = frozenset({"two_copies", "rasa_like"})
 UBUNTU_TESTS = ("test_tensorflow_older_than_the_range",)

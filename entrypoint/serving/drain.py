@@ -1,0 +1,167 @@
+"""The end of the grace period: calls still running are answered, then the process exits.
+
+On SIGTERM the server stops accepting and gives the calls in flight
+--grace-period seconds. TensorFlow cannot interrupt a running op, so a call
+still computing when that time ends would otherwise be cut by uvicorn (a 500
+and a traceback) or by grpc (CANCELLED), and its worker thread would hold the
+process's exit for as long as it computes. Instead, at the end of the grace
+period, :meth:`CutOff.fire` cancels every request still being handled on
+REST's and gRPC's event loops, each answered 503 (REST, JSON ``{"error":
+...}``) or UNAVAILABLE (gRPC) with :data:`STOPPED`'s text by the server
+itself; then the server exits without waiting for the worker threads
+(tf_entrypoint.serving.server), within :data:`EXIT_MARGIN` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import Any
+
+from tf_entrypoint.serving import protocol as p
+
+#: Seconds from the end of --grace-period to the process's exit, at most: the
+#: answers to the calls cut off are written, both listeners close, and the
+#: process exits (a watchdog exits at this point whatever is still going on).
+EXIT_MARGIN = 1.0
+
+#: What a call cut off at the end of the grace period is answered.
+STOPPED = (
+    "The server stopped before the request finished: it was still running when "
+    "the grace period after SIGTERM ({grace:g} s, --grace-period) ended"
+)
+
+#: What asyncio raises when a wait_for() times out. Before Python 3.11
+#: asyncio.TimeoutError is not the builtin TimeoutError (an `except
+#: TimeoutError` misses it there); from 3.11 on it is an alias of it. The
+#: package supports Python 3.10 (requires-python >= 3.10), so catch both;
+#: written as a tuple so that ruff's UP041 never rewrites it to the builtin
+#: alone when its target version is raised.
+TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class Refused(p.ApiError):
+    """A request that arrives once the cut-off has fired: 503 / UNAVAILABLE at once."""
+
+
+class CutOff:
+    """The requests being handled, on any event loop, and the moment they are cut off.
+
+    A handler runs inside :meth:`track`; :meth:`fire` (from any thread)
+    cancels every tracked task on its own loop. A handler that sees
+    CancelledError once :attr:`fired` is set answers :attr:`message` as
+    503 / UNAVAILABLE instead of letting the cancellation through.
+    """
+
+    def __init__(self, message: str = STOPPED.format(grace=0)) -> None:
+        self.message = message
+        self._lock = threading.Lock()
+        self._tasks: dict[asyncio.Task[Any], asyncio.AbstractEventLoop] = {}
+        self._fired = threading.Event()
+        #: Requests cut off (cancelled by :meth:`fire`).
+        self.cut = 0
+
+    @property
+    def fired(self) -> bool:
+        return self._fired.is_set()
+
+    def _refused(self) -> Refused:
+        return Refused(503, self.message, code="UNAVAILABLE")
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Around a request's handling (on its event loop); Refused once fired."""
+        task = asyncio.current_task()
+        if task is None:  # not in a task: nothing to cancel
+            yield
+            return
+        with self._lock:
+            if self.fired:
+                raise self._refused()
+            self._tasks[task] = task.get_loop()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._tasks.pop(task, None)
+
+    def fire(self) -> int:
+        """Cut off every request being handled now; the number of them."""
+        with self._lock:
+            self._fired.set()
+            tasks = list(self._tasks.items())
+            self.cut += len(tasks)
+        for task, loop in tasks:
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nothing runs there
+                loop.call_soon_threadsafe(task.cancel)
+        return len(tasks)
+
+    def absorb(self) -> None:
+        """In a handler that caught CancelledError after :meth:`fire`: it answers instead.
+
+        Python 3.11's Task.uncancel() keeps the task's cancellation count
+        right for the code around it (asyncio.timeout, TaskGroup).
+        """
+        task = asyncio.current_task()
+        if task is not None and sys.version_info >= (3, 11):
+            task.uncancel()
+
+
+class CutOffMiddleware:
+    """ASGI: every HTTP request is tracked; one cut off is answered 503 with JSON.
+
+    Covers whatever the request was doing when the grace period ended:
+    waiting for an inference worker, reading a slow client's body, or
+    anything else on the loop.
+    """
+
+    def __init__(self, app: App, cutoff: CutOff) -> None:
+        self.app = app
+        self.cutoff = cutoff
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            with self.cutoff.track():
+                await self.app(scope, receive, sending)
+        except Refused as err:  # arrived after the cut-off
+            await _send_error(send, err.status, err.message)
+        except asyncio.CancelledError:
+            if not self.cutoff.fired:
+                raise
+            self.cutoff.absorb()
+            if not started:  # else the connection closes mid-answer, as it must
+                await _send_error(send, 503, self.cutoff.message)
+
+
+async def _send_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps(p.error_body(message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,273 @@
+"""Deadlines and shutdown in the real image (docs/robustness.md, "Deadlines and shutdown").
+
+The model (make_gated_models.py) computes until the test creates a file in a
+mounted directory, so a call stays in TensorFlow exactly as long as the test
+needs, whatever the CPU, and leaves a file behind when it starts: the test
+knows whether a call ran at all. gRPC calls come from TF Serving's own stubs
+in a sidecar that shares the server's network namespace (grpc_client.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from docker.models.containers import Container
+
+from tests.container.dockerkit import Containers, poll, remove, wait
+from tests.container.test_grpc import READY_TIMEOUT, Server
+
+HERE = Path(__file__).resolve().parent
+#: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
+EXIT_MARGIN = 1.0
+#: Time the host adds to a stop it measures: the signal through Docker and
+#: tini, and Docker noticing the exit (generous: the machine may be loaded).
+DOCKER_SLACK = 2.0
+STOPPED = "The server stopped before the request finished"
+TIGHT = """
+max_batch_size { value: 1 }
+max_enqueued_batches { value: 4 }
+num_batch_threads { value: 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gated-library")
+    root.chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_gated_models.py", "/models"],
+        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    (root / "tight.txt").write_text(TIGHT)
+    return root
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """The directory the model watches (/gate), writable by the image's user."""
+    path = tmp_path / "gate"
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+@contextmanager
+def gated_server(containers: Containers, library: Path, gate: Path, *args: str) -> Iterator[Server]:
+    container = containers.start(
+        ["serve", "--model_name=gated", "--model_base_path=/models/gated", *args],
+        volumes={
+            str(library): {"bind": "/models", "mode": "ro"},
+            str(gate): {"bind": "/gate", "mode": "rw"},
+        },
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        server = Server(containers, container, f"http://127.0.0.1:{port}")
+
+        def ready() -> bool:
+            container.reload()
+            assert container.status == "running", server.logs()
+            try:
+                return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+            except httpx2.TransportError:
+                return False
+
+        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+        yield server
+    finally:
+        remove(container)
+
+
+def rest_predict(server: Server, keys: list[str]) -> tuple[int, Any]:
+    """(status, the JSON body, or its text when it is not JSON)."""
+    answer = httpx2.post(
+        f"{server.rest}/v1/models/gated:predict", json={"inputs": {"key": keys}}, timeout=120
+    )
+    try:
+        return answer.status_code, answer.json()
+    except ValueError:
+        return answer.status_code, answer.text
+
+
+def grpc_predict(keys: list[str], timeout: float = 120) -> dict[str, Any]:
+    return {
+        "op": "predict",
+        "model": "gated",
+        "inputs": {"key": {"values": keys, "dtype": "S"}},
+        "timeout": timeout,
+    }
+
+
+def start_grpc_client(server: Server, *operations: dict[str, Any]) -> Container:
+    """The operations in a sidecar, started now; read its answer with grpc_answers()."""
+    return server.containers.start(
+        ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(operations))],
+        network_mode=f"container:{server.container.id}",
+        volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
+    )
+
+
+def grpc_answers(client: Container) -> list[dict[str, Any]]:
+    try:
+        ran = wait(client, 120)
+    finally:
+        remove(client)
+    assert ran.exit_code == 0, ran.stderr
+    answers: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return answers
+
+
+def running(gate: Path, *keys: str) -> bool:
+    """Whether calls with these keys have started in TensorFlow."""
+    return all((gate / f"ran-{key}").exists() for key in keys)
+
+
+def test_sigterm_cuts_off_calls_at_the_end_of_the_grace_period(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    grace = 2.0
+    with gated_server(
+        containers, library, gate, f"--grace-period={grace:g}", "--workers=2"
+    ) as server, ThreadPoolExecutor(1) as pool:  # fmt: skip
+        rest: Future[tuple[int, Any]] = pool.submit(rest_predict, server, ["rest"])
+        client = start_grpc_client(server, grpc_predict(["grpc"]))
+        try:
+            # Both admitted, at least one computing in TensorFlow (under one
+            # CPU, TensorFlow's one inter-op thread may run them in turn).
+            both = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
+            assert poll(both, 120, 0.05), server.logs()
+            assert poll(lambda: running(gate, "rest") or running(gate, "grpc"), 60, 0.05)
+            sent = time.monotonic()
+            server.container.kill(signal="SIGTERM")
+            stopped = wait(server.container, 60)
+            took = time.monotonic() - sent
+            (grpc,) = grpc_answers(client)
+        finally:
+            remove(client)
+        status, body = rest.result(timeout=60)
+    # Both calls still compute (the gate never opened): the server answered
+    # them itself at the end of the grace period, then exited without them.
+    assert stopped.exit_code == 0, stopped.stderr
+    assert took < grace + EXIT_MARGIN + DOCKER_SLACK, (took, stopped.stderr)
+    assert status == 503, body
+    assert body["error"].startswith(STOPPED), body
+    assert f"({grace:g} s, --grace-period)" in body["error"]
+    assert (grpc["code"], grpc["message"]) == ("UNAVAILABLE", body["error"]), grpc
+    assert "Traceback" not in stopped.stderr
+    assert "received SIGTERM: draining" in stopped.stderr
+    assert "received SIGTERM again" not in stopped.stderr  # one signal, one drain
+    assert "grace period ended: 2 call(s) still running were answered 503" in stopped.stderr
+    found = re.search(r"stopped ([0-9.]+) s after the drain began \(2 call\(s\) cut off\)",
+                      stopped.stderr)  # fmt: skip
+    assert found, stopped.stderr
+    assert grace - 0.05 <= float(found.group(1)) <= grace + EXIT_MARGIN, found.group(0)
+
+
+def test_without_rest_the_grpc_call_is_cut_off_as_well(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """gRPC alone (--rest_api_port=0): the same cut-off, the same prompt exit."""
+    container = containers.start(
+        ["serve", "--model_name=gated", "--model_base_path=/models/gated",
+         "--rest_api_port=0", "--grace-period=1"],
+        volumes={
+            str(library): {"bind": "/models", "mode": "ro"},
+            str(gate): {"bind": "/gate", "mode": "rw"},
+        },
+        nano_cpus=1_000_000_000,
+    )  # fmt: skip
+    try:
+        server = Server(containers, container, "")
+        assert poll(lambda: "is available" in server.logs(), READY_TIMEOUT, 0.25), server.logs()
+        client = start_grpc_client(server, grpc_predict(["alone"]))
+        try:
+            assert poll(lambda: running(gate, "alone"), 120, 0.05), server.logs()
+            sent = time.monotonic()
+            container.kill(signal="SIGTERM")
+            stopped = wait(container, 60)
+            took = time.monotonic() - sent
+            (grpc,) = grpc_answers(client)
+        finally:
+            remove(client)
+    finally:
+        remove(container)
+    assert stopped.exit_code == 0, stopped.stderr
+    assert took < 1 + EXIT_MARGIN + DOCKER_SLACK, (took, stopped.stderr)
+    assert grpc["code"] == "UNAVAILABLE", grpc
+    assert grpc["message"].startswith(STOPPED), grpc
+    assert "Traceback" not in stopped.stderr
+    assert "(1 call(s) cut off)" in stopped.stderr
+
+
+def test_docker_stop_with_its_default_timeout_never_kills_the_server(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """The default --grace-period (8 s) plus the margin ends before Docker's 10 s."""
+    with gated_server(containers, library, gate) as server, ThreadPoolExecutor(1) as pool:
+        rest = pool.submit(rest_predict, server, ["forever"])
+        assert poll(lambda: running(gate, "forever"), 120, 0.05), server.logs()
+        sent = time.monotonic()
+        server.container.stop()  # Docker's default: SIGTERM, SIGKILL 10 s later
+        took = time.monotonic() - sent
+        stopped = wait(server.container, 10)
+    assert stopped.exit_code == 0, (stopped.exit_code, stopped.stderr)  # 137: SIGKILL
+    assert took < 10, took
+    status, body = rest.result(timeout=60)
+    assert status == 503, body
+    assert body["error"].startswith(STOPPED), body
+    assert "Traceback" not in stopped.stderr
+
+
+def test_a_call_that_runs_alone_is_withdrawn_when_its_deadline_passes_while_waiting(
+    containers: Containers, library: Path, gate: Path
+) -> None:
+    """With batching, a request larger than max_batch_size runs alone, at most
+    num_batch_threads (1) at once; one waiting for its turn past its deadline
+    gets 504 / DEADLINE_EXCEEDED, never runs, and frees its admission slot."""
+    with gated_server(
+        containers, library, gate,
+        "--enable_batching", "--batching_parameters_file=/models/tight.txt",
+        "--request-timeout=1",
+    ) as server, ThreadPoolExecutor(2) as pool:  # fmt: skip
+        # Two rows, above max_batch_size 1: runs alone, and computes until
+        # the test opens its gate (its client gets 504 after 1 s).
+        first = pool.submit(rest_predict, server, ["a", "a"])
+        assert poll(lambda: running(gate, "a"), 120, 0.05), server.logs()
+        # Two more calls that run alone must wait for it.
+        second = pool.submit(rest_predict, server, ["b", "b"])
+        client = start_grpc_client(server, grpc_predict(["c", "c"], timeout=30))
+        try:
+            (third,) = grpc_answers(client)
+        finally:
+            remove(client)
+        status, body = second.result(timeout=60)
+        assert (status, body) == (504, {"error": "Request timed out after 1 s (--request-timeout)"})
+        assert (third["code"], third["message"]) == (
+            "DEADLINE_EXCEEDED", "Request timed out after 1 s (--request-timeout)"
+        )  # fmt: skip
+        # Their slots are free at once, while the first still computes.
+        one = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
+        assert poll(one, 30, 0.1), server.metric("serving_predict_in_flight")
+        assert running(gate, "a")
+        (gate / "open-a").touch()
+        assert first.result(timeout=60)[0] == 504  # its client gave up after 1 s
+        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
+        assert poll(idle, 60, 0.1), server.logs()
+        # The withdrawn calls never ran, then or later.
+        assert not running(gate, "b"), sorted(gate.iterdir())
+        assert not running(gate, "c"), sorted(gate.iterdir())
+        assert "Traceback" not in server.logs()
