@@ -302,10 +302,41 @@ def docker(*args: str) -> str:
     ).stdout
 
 
+def instances_body(count: int) -> bytes:
+    return json.dumps({"instances": [float(i % 1000) for i in range(count)]}).encode()
+
+
+def sized_for(url: str, seconds: float) -> int:
+    """Instances for a predict that takes about `seconds` on this machine, now.
+
+    Calibrated, not assumed: a predict of 100,000 instances is timed (the
+    median of three: the machine's load comes and goes, and the fastest would
+    oversize the requests), and the count scales with the time (JSON in and
+    out is most of it); at least 1,000, and within the body limit.
+    """
+    sample = 100_000
+    body = instances_body(sample)
+    took = []
+    with httpx2.Client(base_url=url, timeout=60, trust_env=False) as http:
+        for _ in range(3):
+            started = time.perf_counter()
+            assert http.post("/v1/models/model:predict", content=body).status_code == 200
+            took.append(time.perf_counter() - started)
+    fits = (MAX_BODY_BYTES - 100) // len(b"999.0, ")
+    return max(1000, min(fits, int(sample * seconds / sorted(took)[1])))
+
+
 def test_sigterm_finishes_requests_in_flight_and_exits_0(
     compose: DockerComposeExecutor, server_url: str
 ) -> None:
-    """A second server of the project (compose run), stopped while it works."""
+    """A second server of the project (compose run), stopped while it works.
+
+    Each request is sized to take about 1 s on this machine (calibrated
+    first), so the four (one worker) are still at work when SIGTERM comes on
+    a fast CPU, and end well within the 20 s grace period on a loaded one
+    (seen: 13 s for requests sized for 1.5 s by the fastest of three samples,
+    under two busy loops; hence the median and 1 s).
+    """
     name = f"{compose._compose_project_name}-drain"
     compose.execute(f"run -d --no-deps --service-ports --name {name} serve")
     try:
@@ -316,16 +347,18 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(
             time.sleep(0.5)
         assert is_ready(url), docker("logs", name)
 
-        # Big enough to take a few seconds on one CPU, small enough for the limit.
-        xs = [float(i % 1000) for i in range(300_000)]
-        body = json.dumps({"instances": xs}).encode()
-        expected = [half_plus_two(x) for x in xs[:1000]]
+        count = sized_for(url, 1.0)
+        body = instances_body(count)
+        assert len(body) < MAX_BODY_BYTES
+        expected = [half_plus_two(float(i)) for i in range(1000)]
         results: list[Any] = []
+        answered_at: list[float] = []
 
         def send() -> None:
             try:
                 with httpx2.Client(base_url=url, timeout=60, trust_env=False) as http:
                     response = http.post("/v1/models/model:predict", content=body)
+                    answered_at.append(time.monotonic())
                     results.append((response.status_code, response.json()["predictions"]))
             except Exception as err:  # noqa: BLE001 - reported by the assertion below
                 results.append(err)
@@ -351,10 +384,13 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(
             assert not isinstance(result, Exception), result
             status, predictions = result
             assert status == 200
-            assert len(predictions) == len(xs)
+            assert len(predictions) == count
             assert as_f32(predictions[:1000]) == expected
+        # Some request was still at work when SIGTERM was sent: the drain waited for it.
+        assert max(answered_at) > started, (count, stopped_in)
         assert docker("inspect", "-f", "{{.State.ExitCode}}", name).strip() == "0"
         assert stopped_in < 20, f"stop took {stopped_in:.1f} s (grace period is 20 s)"
+        print(f"\ndrain: 4 x {count} instances (sized for 1 s each), stopped in {stopped_in:.1f} s")
         logs = subprocess.run(
             ["docker", "logs", name], capture_output=True, text=True, check=False
         ).stderr

@@ -15,17 +15,25 @@ from collections.abc import Callable
 import httpx2
 from pytest_docker.plugin import DockerComposeExecutor
 
+from tests.container.dockerkit import poll
+
 V1 = [2.5, 3.0]  # y = 0.5 x + 2 for x = 1, 2
 V2 = [3.5, 4.0]  # y = 0.5 x + 3
 
 
+#: Answers that make steady load before the action and after the swap (a count:
+#: a loaded machine answers fewer a second, and the checks need the answers).
+STEADY = 40
+
+
 def under_load(server_url: str, action: Callable[[], None], until: list[float]) -> list[object]:
-    """Run `action` while 4 clients predict; return every answer until `until` has
-    been seen for 1 s (at most 180 s); readiness is probed meanwhile."""
+    """Run `action` while 4 clients predict; return every answer until STEADY
+    more have come after the first `until` (at most 180 s); readiness is probed
+    meanwhile. The action starts once STEADY answers have come."""
     stop = threading.Event()
     lock = threading.Lock()
     answers: list[object] = []
-    seen_at: list[float] = []
+    first_until: list[int] = []  # index of the first `until` in answers
 
     def client() -> None:
         with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
@@ -34,8 +42,9 @@ def under_load(server_url: str, action: Callable[[], None], until: list[float]) 
                 body = response.json()
                 with lock:
                     answers.append(body["predictions"] if response.status_code == 200 else body)
-                    if response.status_code == 200 and body["predictions"] == until:
-                        seen_at.append(time.monotonic())
+                    found = response.status_code == 200 and body["predictions"] == until
+                    if found and not first_until:
+                        first_until.append(len(answers) - 1)
 
     def probe() -> None:
         with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
@@ -46,18 +55,19 @@ def under_load(server_url: str, action: Callable[[], None], until: list[float]) 
                         answers.append(f"/readyz {status}")
                 time.sleep(0.1)
 
+    def steady_after(start: Callable[[], int | None]) -> bool:
+        with lock:
+            index = start()
+            return index is not None and len(answers) - index > STEADY
+
     threads = [threading.Thread(target=client) for _ in range(4)]
     threads.append(threading.Thread(target=probe))
     for thread in threads:
         thread.start()
     try:
+        poll(lambda: steady_after(lambda: 0), 180)
         action()
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            with lock:
-                if seen_at and time.monotonic() - seen_at[0] > 1:
-                    break
-            time.sleep(0.1)
+        poll(lambda: steady_after(lambda: first_until[0] if first_until else None), 180)
     finally:
         stop.set()
         for thread in threads:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -110,6 +111,18 @@ def wait_for_log(container: Container, needle: str, timeout: float) -> None:
         time.sleep(0.1)
     logs = container.logs().decode(errors="replace")
     raise AssertionError(f"{needle!r} not seen within {timeout} s; logs:\n{logs}")
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The sample `name` with exactly `labels` in a Prometheus text page (0 when absent)."""
+    wanted = sorted(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        match = re.fullmatch(r"([^{ ]+)(?:\{([^}]*)\})? (\S+)", line)
+        if match and match.group(1) == name:
+            found = sorted(filter(None, (match.group(2) or "").split(",")))
+            if found == wanted:
+                return float(match.group(3))
+    return 0.0
 
 
 def poll(check: Callable[[], bool], timeout: float, pause: float = 0.1) -> bool:

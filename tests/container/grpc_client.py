@@ -11,6 +11,8 @@ what the operation adds}. Operations ({"op": ...}):
 
 - predict: model, version|label, signature, inputs {name: {dtype, values}},
   output_filter, timeout; the result adds "outputs" {name: nested list}.
+  (dtype "bytes" with a string value sends a DT_STRING scalar, such as the
+  gate of make_grpc_models.py's gated/1.)
 - predict_many: model, n, x0; n concurrent predicts of x = [x0 + i]; the
   result is {"answers": [[i, y, version] or [i, code, message]]}.
 - dtypes: model; sends every dtype as make_tensor_proto writes it
@@ -27,7 +29,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import sys
-import time
 from typing import Any
 
 import grpc
@@ -290,14 +291,19 @@ def op_watch(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_parallel(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    """Run op["ops"] at once, each on its own thread (and channel), each op["after"] s late."""
+    """Run op["ops"] at once, each on its own thread (and channel).
 
-    def later(o: dict[str, Any]) -> dict[str, Any]:
-        time.sleep(o.get("after", 0))
+    No op is delayed by a sleep: a test that needs one call to be running
+    before the next arrives holds it with a gate (gates.py) and sends the next
+    once the server's metrics show it running, or sends them in order (the
+    operations of one client run one after the other).
+    """
+
+    def one(o: dict[str, Any]) -> dict[str, Any]:
         return OPERATIONS[o["op"]](Stubs(stubs.address), o)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(op["ops"])) as pool:
-        futures = [pool.submit(later, o) for o in op["ops"]]
+        futures = [pool.submit(one, o) for o in op["ops"]]
         return {"code": "OK", "results": [f.result() for f in futures]}
 
 

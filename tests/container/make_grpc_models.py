@@ -5,9 +5,11 @@
 - DIR/dtypes/1: serving_default has an input `in_D` of shape [None] and
   dtype D for each D in grpc_client.DTYPES and outputs `out_D` returning it
   unchanged, so what comes back shows how the server read and wrote each dtype.
-- DIR/slow/1: serving_default takes x (float32 [None]) and n (int64 []) and
-  returns y = x after counting to n in a graph loop: a predict that stays in
-  flight as long as the test needs.
+- DIR/gated/1: serving_default takes x (float32 [None]) and gate (string [],
+  a glob such as /gates/NAME) and returns y = x once a file matching gate
+  exists (gates.py): a predict that stays in flight until the test opens its
+  gate, however fast the CPU. An empty gate (the server's warm-up on zeros)
+  is not held.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grpc_client import DTYPES  # type: ignore[import-not-found]  # run as /t/make_grpc_models.py
+from gates import after, wait_for_file  # type: ignore[import-not-found]  # run as /t/make_grpc_models.py
+from grpc_client import DTYPES  # type: ignore[import-not-found]
 
 
 def main(directory: Path) -> int:
@@ -36,21 +39,22 @@ def main(directory: Path) -> int:
         module, str(directory / "dtypes" / "1"), signatures={"serving_default": identity}
     )
 
-    def count_then_echo(x: Any, n: Any) -> dict[str, Any]:
-        counted = tf.while_loop(lambda i: i < n, lambda i: i + 1, [tf.constant(0, tf.int64)])
-        return {"y": x + tf.cast(counted[0] - n, tf.float32)}
+    def echo_when_open(x: Any, gate: Any) -> dict[str, Any]:
+        return {"y": after(wait_for_file(gate, tf.strings.length(gate) > 0), x)}
 
-    slow = tf.function(
-        count_then_echo,
+    gated = tf.function(
+        echo_when_open,
         input_signature=[
             tf.TensorSpec([None], tf.float32, name="x"),
-            tf.TensorSpec([], tf.int64, name="n"),
+            tf.TensorSpec([], tf.string, name="gate"),
         ],
     )
 
     module = tf.Module()
-    module.serve = slow
-    tf.saved_model.save(module, str(directory / "slow" / "1"), signatures={"serving_default": slow})
+    module.serve = gated
+    tf.saved_model.save(
+        module, str(directory / "gated" / "1"), signatures={"serving_default": gated}
+    )
     return 0
 
 

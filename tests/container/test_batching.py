@@ -3,15 +3,18 @@
 Servers run under --cpus 1 (test_grpc.serving); gRPC calls come from TF
 Serving's own stubs in a sidecar (grpc_client.py). The model (make_batch_models.py)
 is a small MLP whose TensorFlow graph refuses values of 1e6 or more, and a
-slow signature that takes about a second whatever its batch size.
+gated signature that runs until the test opens the server's gate (gates.py).
+
+No test here assumes a CPU's speed: a request that must keep the batch thread
+busy is gated, so it runs exactly until the test opens the gate, and each
+step waits for the state it needs (a metric, a log line), never for a time.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import httpx2
 import pytest
 
 from tests.container.dockerkit import Containers, poll, wait
+from tests.container.gates import OPEN, Gate
 from tests.container.test_grpc import Server, serving
 
 HERE = Path(__file__).resolve().parent
@@ -167,107 +171,167 @@ def test_parameters_file_errors_exit_78_before_serving(
     assert "Traceback" not in ran.stderr
 
 
+def gated(server: Server) -> httpx2.Response:
+    """A predict of the gated signature: answered once the server's gate is open."""
+    return httpx2.post(
+        f"{server.rest}/v1/models/mlp:predict",
+        json={"signature_name": "gated", "inputs": {"x": [1.0]}},
+        timeout=120,
+    )
+
+
+#: The same over gRPC (grpc_client.py's predict_rows: answers [[code, message, outputs]]),
+#: with a client deadline far beyond any wait of the test's.
+GATED = {
+    "op": "predict_rows", "model": "mlp", "signature": "gated", "requests": [[1.0]],
+    "timeout": 300,
+}  # fmt: skip
+
+
+def settles(sent: Future[Any], check: Callable[[], bool]) -> bool:
+    """Whether `check` holds, waiting for it up to 180 s (a gRPC sidecar starts
+    TensorFlow first), or less if `sent` has finished (failed) meanwhile."""
+    return poll(lambda: sent.done() or check(), 180, 0.05) and check()
+
+
+def running(server: Server, before: float) -> Callable[[], bool]:
+    """Whether a batch has started since `serving_batches_total` was `before`."""
+    return lambda: server.metric("serving_batches_total") - before == 1
+
+
 def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
-    containers: Containers, library: Path
+    containers: Containers, library: Path, tmp_path: Path
 ) -> None:
+    """max_batch_size 1, max_enqueued_batches 1, one batch thread; on any CPU.
+
+    Whichever request comes first runs until the test opens the gate, so
+    exactly one runs, one waits in the only batch allowed and the rest are
+    refused, whatever the CPU's speed and the order of arrival; the gate
+    opens only once the refusals are in. A deadline passes while queued
+    behind the held request, however short or long it is.
+    """
+    gate = Gate(tmp_path / "gates")
     with serving(
         containers,
         library,
         "--model_name=mlp",
         "--enable_batching",
         "--batching_parameters_file=/models/tight.txt",
+        gate=gate,
     ) as server:
-        # One slow request runs, one waits in the only batch allowed, the rest are refused.
-        with ThreadPoolExecutor(5) as pool:
-            futures = []
-            for _ in range(5):
-                futures.append(
-                    pool.submit(
-                        httpx2.post,
-                        f"{server.rest}/v1/models/mlp:predict",
-                        json={"signature_name": "slow", "inputs": {"x": [1.0]}},
-                        timeout=60,
-                    )
-                )
-                time.sleep(0.1)
+        with ThreadPoolExecutor(5) as pool, gate.shut(OPEN):
+            futures = [pool.submit(gated, server) for _ in range(5)]
+            three_answered = lambda: sum(f.done() for f in futures) >= 3  # noqa: E731
+            settled = poll(three_answered, 120, 0.05)
+            gate.open(OPEN)
             answers = [future.result() for future in futures]
         statuses = [answer.status_code for answer in answers]
-        assert statuses.count(200) >= 2, statuses
+        assert settled, statuses
+        assert sorted(statuses) == [200, 200, 503, 503, 503], statuses
         refused = [answer for answer in answers if answer.status_code == 503]
-        assert refused, statuses
         for answer in refused:
             assert answer.json() == {"error": QUEUE_FULL}
             assert answer.headers["retry-after"] == "1"
         assert all(answer.json() == {"outputs": [2.0]} for answer in answers if
                    answer.status_code == 200)  # fmt: skip
 
-        slow = {"op": "predict_rows", "model": "mlp", "signature": "slow", "requests": [[1.0]]}
-        (grpc,) = server.grpc(
-            {"op": "parallel", "ops": [{**slow, "after": 0.1 * i} for i in range(5)]}
-        )
+        assert poll(server.idle, 60, 0.05), server.logs()
+        labels = {"method": "Predict", "code": "RESOURCE_EXHAUSTED", "model": "mlp"}
+        exhausted = server.metric("serving_grpc_requests_total", **labels)
+        with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
+            sent = pool.submit(server.grpc, {"op": "parallel", "ops": [GATED] * 5})
+            three_refused = lambda: (  # noqa: E731
+                server.metric("serving_grpc_requests_total", **labels) - exhausted >= 3
+            )
+            settled = settles(sent, three_refused)
+            gate.open(OPEN)
+            (grpc,) = sent.result()
         codes = [result["answers"][0][0] for result in grpc["results"]]
-        assert "RESOURCE_EXHAUSTED" in codes, codes
-        assert codes.count("OK") >= 2, codes
+        assert settled, codes
+        assert sorted(codes) == ["OK", "OK"] + ["RESOURCE_EXHAUSTED"] * 3, codes
 
         # A request whose deadline passes while it is queued is withdrawn: it never runs.
-        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
-        assert poll(idle, 60, 0.1), server.logs()
+        assert poll(server.idle, 60, 0.05), server.logs()
         before = server.metric("serving_batches_total")
-        (late,) = server.grpc(
-            {
-                "op": "parallel",
-                "ops": [slow, {**slow, "after": 0.2, "timeout": 0.3}],
-            }
-        )
-        first, second = (result["answers"][0] for result in late["results"])
+        ended = {
+            code: server.metric("serving_grpc_requests_total", method="Predict", code=code,
+                                model="mlp")
+            for code in ("DEADLINE_EXCEEDED", "CANCELLED")
+        }  # fmt: skip
+        with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
+            held = pool.submit(server.grpc, GATED)
+            assert settles(held, running(server, before)), server.logs()
+            # Queued behind the held one, which runs until the gate opens: its
+            # 2 s pass in the queue on any CPU (and leave it time to arrive).
+            (late,) = server.grpc({**GATED, "timeout": 2})
+            withdrawn = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
+            assert poll(withdrawn, 60, 0.05), server.logs()  # its thread has left the queue
+            gate.open(OPEN)
+            (first_result,) = held.result()
+        first, second = first_result["answers"][0], late["answers"][0]
         assert first[0] == "OK", first
         assert second[0] == "DEADLINE_EXCEEDED", second
-        assert poll(idle, 60, 0.1), server.logs()
+        # The server answered it (it was not refused at the door by the client's deadline).
+        answered = sum(
+            server.metric("serving_grpc_requests_total", method="Predict", code=code,
+                          model="mlp") - ended[code]
+            for code in ended
+        )  # fmt: skip
+        assert answered == 1
+        assert poll(server.idle, 60, 0.05), server.logs()
         assert server.metric("serving_batches_total") - before == 1
         assert "Traceback" not in server.logs()
 
 
-def slow_rest(server: Server, delays: Sequence[float]) -> list[httpx2.Response]:
-    """Slow predicts sent `delays` seconds after the start, each on its own thread."""
-
-    def one(delay: float) -> httpx2.Response:
-        time.sleep(delay)
-        return httpx2.post(
-            f"{server.rest}/v1/models/mlp:predict",
-            json={"signature_name": "slow", "inputs": {"x": [1.0]}},
-            timeout=60,
-        )
-
-    with ThreadPoolExecutor(len(delays)) as pool:
-        return list(pool.map(one, delays))
+def draining(server: Server) -> Callable[[], bool]:
+    return lambda: "received SIGTERM: draining" in server.logs()
 
 
 def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
-    containers: Containers, library: Path
+    containers: Containers, library: Path, tmp_path: Path
 ) -> None:
+    """A timeout counts the time queued; SIGTERM runs what is queued; on any CPU.
+
+    The first request is gated: it holds the only batch thread until the
+    test opens the gate, so the second is queued behind it for certain, its
+    timeout passes there, and SIGTERM finds one running and one queued.
+    """
     params = [
         "--model_name=mlp",
         "--enable_batching",
         "--batching_parameters_file=/models/tight.txt",
     ]
-    with serving(containers, library, *params, "--request-timeout=0.4") as server:
+    gate = Gate(tmp_path / "gates")
+    with serving(containers, library, *params, "--request-timeout=0.4", gate=gate) as server:
         before = server.metric("serving_batches_total")
-        # The first runs 2-4 s (its client gets 504 at 0.4 s); the second
-        # waits for it and its 0.4 s pass in the queue: withdrawn.
-        first, second = slow_rest(server, [0.0, 0.1])
-        assert (first.status_code, second.status_code) == (504, 504)
-        assert "Request timed out after 0.4 s" in second.json()["error"]
-        idle = lambda: server.metric("serving_predict_in_flight") == 0  # noqa: E731
-        assert poll(idle, 60, 0.1), server.logs()  # the first has finished in TensorFlow
+        # The first runs until the gate opens (its client gets 504 at 0.4 s);
+        # the second waits behind it and its 0.4 s pass in the queue: withdrawn.
+        with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
+            held = pool.submit(gated, server)
+            assert settles(held, running(server, before)), server.logs()
+            second = gated(server)
+            first = held.result()
+            assert (first.status_code, second.status_code) == (504, 504)
+            assert "Request timed out after 0.4 s" in second.json()["error"]
+            withdrawn = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
+            assert poll(withdrawn, 60, 0.05), server.logs()  # only the held one is left
+            gate.open(OPEN)
+        assert poll(server.idle, 60, 0.05), server.logs()  # the first has finished in TensorFlow
         assert server.metric("serving_batches_total") - before == 1  # only the first ran
 
-    with serving(containers, library, *params, "--grace-period=30") as server:
-        with ThreadPoolExecutor(1) as pool:
-            answers = pool.submit(slow_rest, server, [0.0, 0.1])
+    with serving(containers, library, *params, "--grace-period=30", gate=gate) as server:
+        before = server.metric("serving_batches_total")
+        with ThreadPoolExecutor(2) as pool, gate.shut(OPEN):
+            first_sent = pool.submit(gated, server)
+            assert settles(first_sent, running(server, before)), server.logs()
+            second_sent = pool.submit(gated, server)
             in_flight = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
             assert poll(in_flight, 30, 0.02), server.logs()
             server.container.kill(signal="SIGTERM")
-            statuses = [(a.status_code, a.json()) for a in answers.result()]
+            assert poll(draining(server), 60, 0.05), server.logs()
+            gate.open(OPEN)  # only now can the held request, then the queued one, run
+            statuses = [(a.status_code, a.json()) for a in (first_sent.result(),
+                                                            second_sent.result())]  # fmt: skip
         stopped = wait(server.container, 60)
     assert statuses == [(200, {"outputs": [2.0]})] * 2  # the queued one ran too
     assert stopped.exit_code == 0, stopped.stderr

@@ -5,7 +5,12 @@ The server runs under --cpus 1 with gRPC on 8500 and REST on 8501. The client
 make_tensor_proto/make_ndarray) runs in a second container of the same image
 that shares the server's network namespace, as a sidecar would. Models:
 plus/1 and plus/2 (y = x + V, from make_models.py), dtypes/1 (identity for
-every dtype) and slow/1 (counts to n before answering), from make_grpc_models.py.
+every dtype) and gated/1 (answers once the test opens the gate the call names,
+gates.py), from make_grpc_models.py.
+
+No test here assumes a CPU's speed: a call that must stay in flight is a
+gated/1 call, held until the test opens its gate, and each step waits for the
+server's state (its metrics, its log) instead of sleeping.
 """
 
 from __future__ import annotations
@@ -23,21 +28,19 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, remove, wait
+from tests.container.dockerkit import Containers, metric_value, poll, remove, wait
+from tests.container.gates import Gate
 from tests.container.test_classify_regress import export_classify_regress, f32
 
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
-#: Loop steps of slow/1 for a call that stays in flight about 5 s under --cpus 1
-#: (measured: about 6 microseconds a step on the 2-core CI machines).
-SLOW_STEPS = 800_000
 CONFIG = """
 model_config_list {
   config { name: "plus" base_path: "/models/plus"
            model_version_policy { all {} }
            version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
   config { name: "dtypes" base_path: "/models/dtypes" }
-  config { name: "slow" base_path: "/models/slow" }
+  config { name: "gated" base_path: "/models/gated" }
   config { name: "examples" base_path: "/models/examples" }
 }
 """
@@ -71,11 +74,18 @@ class Server:
     def grpc(self, *operations: dict[str, Any], timeout: float = 300) -> list[dict[str, Any]]:
         return grpc_sidecar(self.containers, self.container, operations, timeout=timeout)
 
-    def metric(self, name: str) -> float:
-        for line in httpx2.get(self.rest + "/metrics", timeout=10).text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return 0.0
+    def metric(self, name: str, **labels: str) -> float:
+        """The sample `name` with exactly `labels` (0 when absent)."""
+        return metric_value(httpx2.get(self.rest + "/metrics", timeout=10).text, name, **labels)
+
+    def state(self, model: str) -> str:
+        """The newest version's state on REST's model status ("" while none)."""
+        answer = httpx2.get(f"{self.rest}/v1/models/{model}", timeout=10)
+        versions = answer.json().get("model_version_status", []) if answer.is_success else []
+        return str(versions[0]["state"]) if versions else ""
+
+    def idle(self) -> bool:
+        return self.metric("serving_predict_in_flight") == 0
 
     def logs(self) -> str:
         return self.container.logs().decode(errors="replace")
@@ -101,10 +111,13 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @contextmanager
-def serving(containers: Containers, models: Path, *args: str) -> Iterator[Server]:
+def serving(
+    containers: Containers, models: Path, *args: str, gate: Gate | None = None
+) -> Iterator[Server]:
+    """A server of `models` under --cpus 1 (`gate`: mounted at /gates), ready."""
     container = containers.start(
         ["serve", "--wait-for-model", "60", *args],
-        volumes={str(models): {"bind": "/models", "mode": "ro"}},
+        volumes={str(models): {"bind": "/models", "mode": "ro"}, **(gate.volume if gate else {})},
         nano_cpus=1_000_000_000,
         ports={"8501/tcp": ("127.0.0.1", None)},
     )
@@ -135,6 +148,12 @@ def server(containers: Containers, library: Path) -> Iterator[Server]:
 
 def x_tensor(*values: float, dtype: str = "float32") -> dict[str, Any]:
     return {"values": list(values), "dtype": dtype}
+
+
+def gated(name: str, x: float = 1.0, **op: Any) -> dict[str, Any]:
+    """A predict of gated/1 that stays in flight until the test opens gate `name`."""
+    gate = {"values": Gate.path(name), "dtype": "bytes"}
+    return {"op": "predict", "model": "gated", "inputs": {"x": x_tensor(x), "gate": gate}, **op}
 
 
 def test_every_rpc_answers_as_tf_serving_does(server: Server) -> None:
@@ -310,28 +329,36 @@ def test_400_concurrent_predicts_are_all_answered_correctly(
 
 
 def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
-    containers: Containers, library: Path
+    containers: Containers, library: Path, tmp_path: Path
 ) -> None:
+    """One worker, one admission slot, a 1 s timeout; on any CPU.
+
+    The long call is gated: it holds the worker until the test opens its gate
+    (a call sized in loop steps finished within the 1 s on a faster CPU), so
+    its timeout passes whatever the speed, and the worker stays busy after it
+    (TensorFlow cannot stop a running call): the crowd that follows, in the
+    same client, finds the only slot taken. The short call waits for the
+    server to be idle (a metric), not for a guessed time.
+    """
+    gate = Gate(tmp_path / "gates")
     with serving(
         containers, library, "--model_config_file=/models/models.config",
-        "--workers", "1", "--max-queue", "1", "--request-timeout", "1",
+        "--workers", "1", "--max-queue", "1", "--request-timeout", "1", gate=gate,
     ) as server:  # fmt: skip
-        # About 2.4 s of counting under --cpus 1: past the 1 s timeout, and the
-        # one worker stays busy after it (TensorFlow cannot stop a running call).
-        steps = {"values": SLOW_STEPS // 2, "dtype": "int64"}
-        slow = {"op": "predict", "model": "slow", "inputs": {"x": x_tensor(1.0), "n": steps}}
-        crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)},
-                  "after": 0.3}] * 8  # fmt: skip
-        (together,) = server.grpc({"op": "parallel", "ops": [slow, *crowd]})
-        short = {**slow, "timeout": 0.5}
-        (deadline,) = server.grpc(short)
-    first, *rest = together["results"]
+        crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}}] * 8
+        first, together = server.grpc(gated("held"), {"op": "parallel", "ops": crowd})
+        still_running = server.metric("serving_predict_in_flight")
+        gate.open("held")
+        assert poll(server.idle, 60, 0.05), server.logs()
+        (deadline,) = server.grpc(gated("short", timeout=0.5))  # its gate stays shut
     assert (first["code"], first["message"]) == (
         "DEADLINE_EXCEEDED", "Request timed out after 1 s (--request-timeout)"
     )  # fmt: skip
-    codes = {r["code"] for r in rest}
-    assert "RESOURCE_EXHAUSTED" in codes, rest
-    assert codes <= {"OK", "RESOURCE_EXHAUSTED"}, rest
+    assert still_running == 1  # the timed-out call kept its worker and its slot
+    rest = together["results"]
+    # The slot was taken for all of them: none could run (formerly some could,
+    # when the sized call ended early; the gate makes it exact).
+    assert {r["code"] for r in rest} == {"RESOURCE_EXHAUSTED"}, rest
     refused = next(r for r in rest if r["code"] == "RESOURCE_EXHAUSTED")
     assert refused["message"].startswith("Server is at capacity")
     assert deadline["code"] == "DEADLINE_EXCEEDED"
@@ -340,13 +367,21 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
 def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
     containers: Containers, library: Path, tmp_path: Path
 ) -> None:
+    """A call in flight at SIGTERM is answered before the server exits; on any CPU.
+
+    The call is gated: it is in flight (a metric says so) when SIGTERM is
+    sent, and stays so until the server has logged its drain; only then does
+    the test open its gate. A call sized in loop steps could end before the
+    signal on a fast CPU, and the drain would have nothing to wait for.
+    """
     models = tmp_path / "models"
-    (models / "slow").mkdir(parents=True)
+    (models / "gated").mkdir(parents=True)
     models.chmod(0o777)
-    (models / "slow").chmod(0o777)
+    (models / "gated").chmod(0o777)
+    gate = Gate(tmp_path / "gates")
     container = containers.start(
-        ["serve", "--model_name=slow", "--grace-period", "30"],
-        volumes={str(models): {"bind": "/models", "mode": "ro"}},
+        ["serve", "--model_name=gated", "--grace-period", "30"],
+        volumes={str(models): {"bind": "/models", "mode": "ro"}, **gate.volume},
         nano_cpus=1_000_000_000,
         ports={"8501/tcp": ("127.0.0.1", None)},
     )
@@ -357,18 +392,20 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
         listening = "gRPC (TF Serving's PredictionService"
         assert poll(lambda: listening in server.logs(), READY_TIMEOUT, 0.25), server.logs()
         # No version on disk yet: loading.
-        loading = server.grpc({"op": "health"}, {"op": "health", "service": "slow"})
+        loading = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
         assert [r["response"] for r in loading] == [{"status": "NOT_SERVING"}] * 2
-        staged = models / "slow" / ".staged-1"
-        shutil.copytree(library / "slow" / "1", staged)
-        staged.rename(models / "slow" / "1")
-        ready = server.grpc({"op": "health"}, {"op": "health", "service": "slow"})
+        staged = models / "gated" / ".staged-1"
+        shutil.copytree(library / "gated" / "1", staged)
+        staged.rename(models / "gated" / "1")
+        # Health is asked once the version is loaded (REST's status says so),
+        # not after however long a sidecar takes to start.
+        assert poll(lambda: server.state("gated") == "AVAILABLE", 120, 0.1), server.logs()
+        ready = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
         assert [r["response"] for r in ready] == [{"status": "SERVING"}] * 2, server.logs()
 
-        # A health watch and a long predict are in flight when SIGTERM comes.
-        slow = {"op": "predict", "model": "slow", "inputs": {
-            "x": x_tensor(7.0), "n": {"values": SLOW_STEPS, "dtype": "int64"}}}  # fmt: skip
-        operations = [{"op": "parallel", "ops": [{"op": "watch", "seconds": 120}, slow]}]
+        # A health watch and a held predict are in flight when SIGTERM comes.
+        held = gated("drain", x=7.0, timeout=300)
+        operations = [{"op": "parallel", "ops": [{"op": "watch", "seconds": 120}, held]}]
         client = containers.start(
             ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(operations)],
             network_mode=f"container:{container.id}",
@@ -379,6 +416,11 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
             assert poll(in_flight, 120, 0.05), server.logs()
             sent = time.monotonic()
             container.kill(signal="SIGTERM")
+            draining = lambda: "received SIGTERM: draining" in server.logs()  # noqa: E731
+            assert poll(draining, 60, 0.05), server.logs()
+            container.reload()
+            waited = container.status  # the held call keeps the server up
+            gate.open("drain")
             ran = wait(client, 120)
         finally:
             remove(client)
@@ -386,6 +428,7 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
         drained_in = time.monotonic() - sent
     finally:
         remove(container)
+    assert waited == "running"
     assert ran.exit_code == 0, ran.stderr
     watch, answer = json.loads(ran.stdout.strip().splitlines()[-1])[0]["results"]
     assert (answer["code"], answer["outputs"]) == ("OK", {"y": [7.0]}), answer

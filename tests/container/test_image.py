@@ -174,23 +174,47 @@ def test_docker_stop_delivers_sigterm_to_the_command(containers: Containers) -> 
     assert elapsed < 5, f"stop took {elapsed:.1f} s: SIGTERM did not reach the command"
 
 
+#: Three orphans exit and the script counts the zombies left. No sleep stands in
+#: for the orphans' exit or PID 1's reaping: each grandchild exits once it has
+#: been re-parented (its parent has exited), and the script waits until each is
+#: reaped, or is a zombie of the script itself (PID 1 without tini, which reaps
+#: nobody), for up to 60 s; a PID 1 that does not reap leaves them zombies. An
+#: orphan still running then fails the script: it would be no zombie yet.
 ZOMBIE_SCRIPT = """
 import os, time
-for _ in range(3):
-    if os.fork() == 0:          # child: leaves an orphan behind and exits
-        if os.fork() == 0:      # grandchild: orphaned, re-parented to PID 1
-            time.sleep(0.2)
-            os._exit(0)
-        os._exit(0)
-    os.wait()
-time.sleep(1.5)
-zombies = 0
-for pid in filter(str.isdigit, os.listdir("/proc")):
+def stat(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
-        continue
+        return None, None                       # gone: reaped
+    return fields[0], int(fields[1])            # state, parent
+r, w = os.pipe()
+for _ in range(3):
+    child = os.fork()
+    if child == 0:                              # child: leaves an orphan behind and exits
+        parent = os.getpid()
+        grandchild = os.fork()
+        if grandchild == 0:                     # grandchild: exits once re-parented
+            while os.getppid() == parent:
+                time.sleep(0.01)
+            os._exit(0)
+        os.write(w, b"%d\\n" % grandchild)
+        os._exit(0)
+    os.waitpid(child, 0)
+orphans = [int(line) for line in os.read(r, 4096).split()]
+assert len(orphans) == 3, orphans
+def settled(pid):
+    state, parent = stat(pid)
+    return state is None or (state == "Z" and parent == os.getpid())
+deadline = time.monotonic() + 60
+while not all(map(settled, orphans)) and time.monotonic() < deadline:
+    time.sleep(0.01)
+alive = [pid for pid in orphans if stat(pid)[0] not in (None, "Z")]
+assert not alive, f"orphans still running: {alive}"  # the count below would miss them
+zombies = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    state, _ = stat(pid)
     zombies += state == "Z"
 print(zombies)
 """

@@ -9,7 +9,6 @@ traffic goes to 127.0.0.1; every loop is bounded in count and time.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 import time
@@ -23,10 +22,12 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, remove
+from tests.container.dockerkit import Containers, metric_value, poll, remove
 
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
+#: Answers that make steady load before and after a swap (a count, not seconds).
+STEADY = 100
 
 
 @dataclass
@@ -53,15 +54,7 @@ class Server:
         return {int(v["version"]): v["state"] for v in response.json()["model_version_status"]}
 
     def metric(self, name: str, **labels: str) -> float:
-        text = self.get("/metrics").text
-        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        for line in text.splitlines():
-            match = re.fullmatch(r"([^{ ]+)(?:\{([^}]*)\})? (\S+)", line)
-            if match and match.group(1) == name:
-                found = ",".join(sorted((match.group(2) or "").split(",")))
-                if found == ",".join(sorted(wanted.split(","))):
-                    return float(match.group(3))
-        return 0.0
+        return metric_value(self.get("/metrics").text, name, **labels)
 
     def logs(self) -> str:
         return self.container.logs().decode(errors="replace")
@@ -176,17 +169,25 @@ def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
         threads.append(threading.Thread(target=probe))
         for thread in threads:
             thread.start()
+
+        def v1_answers() -> int:
+            with lock:
+                return sum(y == 11.0 for *_, y in answers)
+
+        def sent_after_v2() -> int:
+            """Predicts answered that were sent after version 2's first answer (-1: none yet)."""
+            with lock:
+                v2 = [received for _, received, _, y in answers if y == 12.0]
+                return sum(sent > min(v2) for sent, *_ in answers) if v2 else -1
+
         try:
-            time.sleep(2)  # steady load on version 1
+            # Steady load is counted in answers, not slept in seconds: a loaded
+            # machine answers fewer a second, and the checks need the answers.
+            assert poll(lambda: v1_answers() >= STEADY, 120, 0.05), server.logs()
             renamed = time.monotonic()
             staged.rename(models / "plus" / "2")
-
-            def swapped() -> bool:
-                with lock:
-                    return any(y == 12.0 for _, _, _, y in answers)
-
-            assert poll(swapped, 120, 0.05), server.logs()
-            time.sleep(2)  # and steady load on version 2
+            assert poll(lambda: sent_after_v2() >= 0, 120, 0.05), server.logs()
+            assert poll(lambda: sent_after_v2() >= STEADY, 120, 0.05), server.logs()
         finally:
             stop.set()
             for thread in threads:
