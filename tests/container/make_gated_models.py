@@ -5,7 +5,7 @@
 DIR/gated/1, signature serving_default: key string [batch] -> y int32 [batch]
 (each key's length). A call with first key K writes GATE/ran-K when it starts
 in TensorFlow, then spins (a tf.while_loop that lists GATE/open-K on every
-step) until the test creates that file; an empty key does not wait (the
+step, gates.wait_for_file) until the test creates that file; an empty key does not wait (the
 server's warm-up sends one). GATE is /gate, a directory the test mounts.
 
 So a call lasts exactly as long as the test wants, on any CPU, idle or busy,
@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gates import wait_for_file  # type: ignore[import-not-found]  # run as /t/make_gated_models.py
+
 GATE = "/gate"
 
 
@@ -31,18 +33,10 @@ def main(directory: Path) -> int:
         name = key[0]
         ran = tf.io.write_file(tf.strings.join([GATE, "/ran-", name]), "")
 
-        def closed(step: Any) -> Any:
-            # The step's empty suffix makes every listing depend on the loop
-            # variable, so no optimiser can hoist it out of the loop.
-            suffix = tf.strings.substr(tf.strings.as_string(step), 0, 0)
-            pattern = tf.strings.join([GATE, "/open-", name, suffix])
-            waiting = tf.equal(tf.size(tf.io.matching_files(pattern)), 0)
-            return tf.logical_and(tf.not_equal(name, ""), waiting)
-
         with tf.control_dependencies([ran]):
-            start = tf.constant(0, tf.int64)
-        (steps,) = tf.while_loop(closed, lambda step: [step + 1], [start])
-        with tf.control_dependencies([steps]):
+            pattern = tf.strings.join([GATE, "/open-", name])
+        checks = wait_for_file(pattern, held=tf.not_equal(name, ""))
+        with tf.control_dependencies([checks]):
             return {"y": tf.strings.length(key)}
 
     module.gated = tf.function(gated, input_signature=[tf.TensorSpec([None], tf.string, "key")])
