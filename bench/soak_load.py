@@ -956,8 +956,8 @@ class Soak:
             return
         case, path = rest_cases[(i - i // 3) % len(rest_cases)]
         method = "POST" if i % 2 == 0 else "GET"
-        if method == "GET":
-            path = path.removesuffix(":predict")
+        if method == "GET":  # status ignores a label (as TF Serving's): ask for metadata
+            path = path.removesuffix(":predict") + ("/metadata" if "/labels/" in path else "")
         body = b'{"instances": [1.0]}' if method == "POST" else b""
         await self.rest_case(
             "odd_names", f"{method} {case}", (400, 404), path, method=method, body=body
@@ -1050,6 +1050,7 @@ class Soak:
         """A burst of concurrent predicts of nearly --max-body-bytes each: answered or 503."""
         body, values = self.numbers_body(int(self.limit() * 0.9))
         started = self.clock()
+        self.event("hostile", f"large_bodies: {self.s['large_burst']} x {len(body)} bytes")
 
         async def one() -> None:
             status, content, problem = await http_call(
@@ -1150,6 +1151,8 @@ class Soak:
         if await self.pause(first):
             return
         for i in itertools.count():
+            if name in ("context_bomb", "shape_bomb"):  # the heavy ones, to read stalls against
+                self.event("hostile", f"{name} {i}")
             try:
                 await action(i)
             except Exception as err:  # noqa: BLE001 - a harness bug must not end the soak silently
