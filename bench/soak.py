@@ -357,6 +357,7 @@ def stop_server(server: str, client: LoadClient, grace: float) -> dict[str, Any]
     exited = {
         "seconds": seconds,
         "grace_period_s": grace,
+        # The server's promise (docs/robustness.md): the grace period and a 1 s margin.
         "within_grace": not killed and seconds <= grace + 1,
         "killed_after_grace_plus_30_s": killed,
         "exit_code": int(code) if code.lstrip("-").isdigit() else None,
