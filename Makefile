@@ -85,6 +85,13 @@ $(BENCH_VENV)/bin/python: requirements/bench.lock
 bench: image-cpu $(BENCH_VENV)/bin/python ## run the benchmarks and regenerate docs/bench (about an hour; see bench/run.py)
 	$(BENCH_VENV)/bin/python -m bench.run
 
+# Extra arguments for the soak, e.g. `make soak SOAK_ARGS="--duration 1800"`.
+SOAK_ARGS ?=
+
+.PHONY: soak
+soak: image-cpu $(BENCH_VENV)/bin/python ## the soak benchmark: 10 min of load, swaps, reloads, hostile requests (docs/bench/soak.json)
+	$(BENCH_VENV)/bin/python -m bench.soak $(SOAK_ARGS)
+
 .PHONY: prune
 prune: ## remove stopped test containers and dangling images left by rebuilds
 	-docker container prune -f --filter label=tf-entrypoint.test

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -127,9 +128,23 @@ def start_server(image: str, models: Path, config_dir: Path, cpus: str) -> tuple
 
 
 class LoadClient:
-    """bench/protocol_load.py in a container on the server's network namespace."""
+    """A module of bench/ in a container of the image on the server's network namespace.
 
-    def __init__(self, image: str, server: str, models: Path, names: tuple[str, ...]) -> None:
+    It is spoken to in JSON lines on stdin/stdout (bench/protocol_load.py,
+    bench/soak_load.py); `docker_args` adds mounts or a user, `args` follow
+    the module's name.
+    """
+
+    def __init__(
+        self,
+        image: str,
+        server: str,
+        module: str,
+        args: Sequence[str],
+        *,
+        docker_args: Sequence[str] = (),
+        ready_timeout: float = 300,
+    ) -> None:
         self.name = NAMES.new()
         argv = [
             "docker",
@@ -144,8 +159,7 @@ class LoadClient:
             f"container:{server}",
             "-v",
             f"{BENCH}:/load/bench:ro",
-            "-v",
-            f"{models}:/models:ro",
+            *docker_args,
             "-w",
             "/load",
             "-e",
@@ -158,14 +172,14 @@ class LoadClient:
             "python",
             image,
             "-m",
-            "bench.protocol_load",
-            *names,
+            module,
+            *args,
         ]
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
         )
-        self.ready = self.read(timeout=300)
+        self.ready = self.read(timeout=ready_timeout)
 
     def _pipes(self) -> tuple[IO[str], IO[str]]:
         stdin, stdout = self.process.stdin, self.process.stdout
@@ -188,7 +202,6 @@ class LoadClient:
         self, mode: str, model: str, concurrency: int, seconds: float, *, last: bool = True
     ) -> dict[str, Any]:
         """One window; `last`: the gRPC channels close after it (False for a warm-up)."""
-        stdin, _ = self._pipes()
         command = {
             "mode": mode,
             "model": model,
@@ -196,9 +209,13 @@ class LoadClient:
             "seconds": seconds,
             "last": last,
         }
+        self.send(command)
+        return self.read(timeout=seconds + 60)
+
+    def send(self, command: dict[str, Any]) -> None:
+        stdin, _ = self._pipes()
         stdin.write(json.dumps(command) + "\n")
         stdin.flush()
-        return self.read(timeout=seconds + 60)
 
     def close(self) -> None:
         stdin, _ = self._pipes()
@@ -271,7 +288,13 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
         try:
             wait_ready(server, url)
             workers = workers_of(url)
-            client = LoadClient(image, server, models, config.models)
+            client = LoadClient(
+                image,
+                server,
+                "bench.protocol_load",
+                config.models,
+                docker_args=["-v", f"{models}:/models:ro"],
+            )
             try:
                 if not all(client.ready["checks"].values()):
                     raise RuntimeError(f"a path answers wrongly: {client.ready['checks']}")

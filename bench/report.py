@@ -2,11 +2,11 @@
 
     python -m bench.report [--out docs/bench] [--no-plot]
 
-Reads sweep.json, overhead.json, serving.json, swap.json and grpc.json from
---out (whichever exist) and docs/image-build-cpu.json, writes results.md, quota-sweep.png and
-serving.png there. bench/run.py calls this after measuring; run it alone to
-re-render without measuring again. The plots need matplotlib
-(requirements/bench.lock).
+Reads sweep.json, overhead.json, serving.json, swap.json, grpc.json, batching.json
+and soak.json from --out (whichever exist) and docs/image-build-cpu.json, writes
+results.md, quota-sweep.png and serving.png there. bench/run.py and bench/soak.py
+call this after measuring; run it alone to re-render without measuring again. The
+plots need matplotlib (requirements/bench.lock).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import REPO, log
 
-PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching", "soak")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
@@ -487,6 +487,88 @@ def batching_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _answers(counts: dict[str, int]) -> str:
+    return ", ".join(f"{answer} x{n}" for answer, n in sorted(counts.items(), key=lambda x: -x[1]))
+
+
+def soak_markdown(data: dict[str, Any]) -> list[str]:
+    s, c, client = data["summary"], data["config"], data["client"]
+    memory, shutdown = data["memory"], data["shutdown"]
+    grew = "**grew**" if s["rss_grew"] else "did not grow"
+    locked = (
+        f"a version turned unreadable every {c['unreadable_every']:g} s (and versions 4, 8, "
+        "... arrive unreadable)"
+        if c["unreadable_every"]
+        else "no version turned unreadable"
+    )
+    lines = [
+        "## The soak benchmark (`bench/soak.py`)",
+        "",
+        f"`{data['command']}`: {s['seconds']:.0f} s under `--cpus {c['cpus']}` and "
+        f"`--memory {c['memory']}`, batching {'on' if c['batching'] else 'off'}, "
+        f"`--max-body-bytes {c['max_body_bytes']}`; {c['rest_callers']} REST and "
+        f"{c['grpc_callers']} gRPC closed loops on each of plus and cr, a new version every "
+        f"{c['swap_every']:g} s, a reload round every {c['reload_every']:g} s, {locked}, "
+        f"hostile classes ({len(c['classes'])}) on their own timers. See "
+        "[docs/robustness.md](../robustness.md#the-soak-benchmark).",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| requests answered (good + hostile) | {s['requests_answered']:,} |",
+        f"| failed good requests (goal 0) | **{s['good_failed']}** of {s['good_requests']:,} |",
+        f"| versions swapped (loaded) / renamed in | {s['versions_swapped']} / "
+        f"{s['versions_renamed_in']} |",
+        f"| versions never answered / newest served at the end | "
+        f"{s['versions_never_answered']} / "
+        f"{'yes' if s['newest_versions_served_at_end'] else 'NO'} |",
+        f"| reloads applied (file and HandleReloadConfigRequest) | {s['reloads_applied']:.0f} |",
+        "| config file flips not applied / HandleReloadConfigRequest received, never applied | "
+        f"{s['file_flips_not_applied']} / {s['grpc_reloads_dropped']} of "
+        f"{s['grpc_reloads_received']} |",
+        f"| unreadable version episodes | {s['unreadable_episodes']} |",
+        f"| hostile requests refused as documented | {s['hostile_refused_as_documented']:,} of "
+        f"{s['hostile_sent']:,} ({s['hostile_unexpected']} otherwise) |",
+        "| largest RSS of the server process (sampled each second) / its peak (VmHWM) | "
+        f"{s['rss_max_mib']:.0f} MiB / {s['rss_peak_mib']:.0f} MiB |",
+        f"| RSS growth (last 20 % vs 20-40 % of the run) | {s['rss_growth_mib']:+.0f} MiB: "
+        f"{grew} |",
+        f"| longest `/healthz` answer / failed probes | {s['healthz_max_ms']:.0f} ms / "
+        f"{s['healthz_failed']} |",
+        f"| server died during the run / tracebacks in its log | "
+        f"{'YES' if s['server_died'] else 'no'} / {s['server_tracebacks']} |",
+        f"| SIGTERM to exit (calls in flight outlast the grace period) | "
+        f"{s['shutdown_s']} s: {'within' if s['shutdown_within_grace'] else 'NOT within'} "
+        f"the {c['grace_period']:g} s grace period + 1 s |",
+        "",
+        "| hostile class | sent | as documented | otherwise | answers |",
+        "|---|---|---|---|---|",
+    ]
+    for name, cls in client["hostile"]["classes"].items():
+        lines.append(
+            f"| {name} | {cls['sent']} | {cls['as_documented']} | {cls['unexpected']} "
+            f"| {_answers(cls['answers'])} |"
+        )
+    lines += [
+        "",
+        "| good path | answered | failed | p50 | p99 | max |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, path in client["good"]["paths"].items():
+        lines.append(
+            f"| {key} | {path['answered']:,} | {path['failed']} | {path['p50_ms']:.1f} ms "
+            f"| {path['p99_ms']:.1f} ms | {path['max_ms']:.0f} ms |"
+        )
+    if shutdown.get("in_flight_calls"):
+        lines += ["", f"Calls in flight at SIGTERM got: {_answers(shutdown['in_flight_calls'])}."]
+    lines += [
+        "",
+        f"RSS: first sample {memory.get('first_mib', 0):.0f} MiB, median "
+        f"{memory.get('early_median_mib', 0):.0f} MiB at 20-40 % of the run, "
+        f"{memory.get('late_median_mib', 0):.0f} MiB over the last 20 %.",
+    ]
+    return lines
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
@@ -512,6 +594,8 @@ def markdown(parts: dict[str, Any]) -> str:
         lines += [*grpc_markdown(parts["grpc"]), ""]
     if "batching" in parts:
         lines += [*batching_markdown(parts["batching"]), ""]
+    if "soak" in parts:
+        lines += [*soak_markdown(parts["soak"]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
 

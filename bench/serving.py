@@ -178,21 +178,26 @@ def workers_of(url: str) -> int:
     raise RuntimeError("serving_workers not in /metrics")
 
 
+def cgroup_dirs(full_id: str, controller: str) -> list[Path]:
+    """Where a container's cgroup for `controller` may be (cgroup v1 cgroupfs/systemd, or v2)."""
+    return [
+        Path(f"/sys/fs/cgroup/{controller}/docker/{full_id}"),
+        Path(f"/sys/fs/cgroup/{controller}/system.slice/docker-{full_id}.scope"),
+        Path(f"/sys/fs/cgroup/system.slice/docker-{full_id}.scope"),
+        Path(f"/sys/fs/cgroup/docker/{full_id}"),
+    ]
+
+
 def cgroup_stat(container: str) -> dict[str, int]:
     """The container's cpu.stat read from the host (cgroup v1 cgroupfs/systemd or v2)."""
     full = docker("inspect", "-f", "{{.Id}}", container, check=False)
-    for path in (
-        f"/sys/fs/cgroup/cpu/docker/{full}/cpu.stat",
-        f"/sys/fs/cgroup/cpu,cpuacct/docker/{full}/cpu.stat",
-        f"/sys/fs/cgroup/cpu/system.slice/docker-{full}.scope/cpu.stat",
-        f"/sys/fs/cgroup/system.slice/docker-{full}.scope/cpu.stat",
-        f"/sys/fs/cgroup/docker/{full}/cpu.stat",
-    ):
-        try:
-            lines = Path(path).read_text().splitlines()
-        except OSError:
-            continue
-        return {k: int(v) for k, _, v in (line.partition(" ") for line in lines) if v.isdigit()}
+    for controller in ("cpu", "cpu,cpuacct"):
+        for directory in cgroup_dirs(full, controller):
+            try:
+                lines = (directory / "cpu.stat").read_text().splitlines()
+            except OSError:
+                continue
+            return {k: int(v) for k, _, v in (line.partition(" ") for line in lines) if v.isdigit()}
     return {}
 
 
