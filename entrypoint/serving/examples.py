@@ -344,13 +344,15 @@ def classification_result(
         )
     shaped = classes if classes is not None else scores
     num_classes = 0 if shaped is None else shaped.shape[1]
+    labels = None if classes is None else p.values_list(classes.values)
+    values = None if scores is None else p.values_list(scores.values)
     result: Classifications = []
     for i in range(num_examples):
         row = []
         for c in range(num_classes):
             at = i * num_classes + c
-            label = bytes(classes.values[at]) if classes is not None else b""
-            score = float(scores.values[at]) if scores is not None else 0.0
+            label = bytes(labels[at]) if labels is not None else b""
+            score = float(values[at]) if values is not None else 0.0
             row.append((label, score))
         result.append(row)
     return result
@@ -370,7 +372,7 @@ def regression_result(num_examples: int, output: p.Tensor) -> list[float]:
         )
     if output.dtype != "DT_FLOAT":
         raise p.bad_request(f"Expected output Tensor of DT_FLOAT.  Got: {output.dtype}")
-    return [float(v) for v in output.values]
+    return [float(v) for v in p.values_list(output.values)]
 
 
 def classify_response(result: Classifications) -> dict[str, Any]:

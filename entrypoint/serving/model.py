@@ -8,6 +8,7 @@ what TF Serving's metadata shows); execution goes through
 
 from __future__ import annotations
 
+import array as py_array
 import contextlib
 import gc
 import importlib
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import tensorflow as tf
@@ -132,8 +133,16 @@ def _signatures(graph: Any) -> dict[str, p.Signature]:
 
 
 def _to_tf(tensor: p.Tensor) -> Any:
+    if isinstance(tensor.values, py_array.array):
+        return tf.constant(_compact(tensor))
     dtype = tf.dtypes.as_dtype(_dtype_enum(tensor.dtype))
     return tf.reshape(tf.constant(tensor.values, dtype=dtype), tensor.shape)
+
+
+def _compact(tensor: p.Tensor) -> Any:
+    """A REST input parsed into an array.array, as a NumPy array on the same memory."""
+    dtype = tf.dtypes.as_dtype(_dtype_enum(tensor.dtype)).as_numpy_dtype
+    return np.frombuffer(tensor.values, dtype=dtype).reshape(tensor.shape)
 
 
 def _dtype_enum(name: str) -> int:
@@ -143,19 +152,65 @@ def _dtype_enum(name: str) -> int:
     return value
 
 
+#: Values converted to Python objects at a time (bounds the conversion's scratch memory).
+CHUNK = 1 << 16
+
+
+class OutputValues(Sequence[Any]):
+    """An output tensor's values, made Python objects only when read.
+
+    The answer is written from these (:func:`protocol.values_list` calls
+    tolist()) while the request holds a JSON conversion slot, so a request
+    that waits for one holds the model's compact output, not a list of
+    Python objects. Floats are written as the shortest text that reads back
+    as the same float32 (0.1, not 0.10000000149011612), as TF Serving writes
+    them; NaN and Inf pass through.
+    """
+
+    __slots__ = ("_flat", "_floats")
+
+    def __init__(self, flat: Any, floats: bool) -> None:
+        self._flat = flat
+        self._floats = floats
+
+    def __len__(self) -> int:
+        return int(self._flat.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return _python_values(self._flat[index], self._floats)
+        return _python_values(self._flat[index : index + 1 or None], self._floats)[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self), CHUNK):
+            yield from _python_values(self._flat[start : start + CHUNK], self._floats)
+
+    def tolist(self) -> list[Any]:
+        values: list[Any] = []
+        for start in range(0, len(self), CHUNK):
+            values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
+        return values
+
+
+def _python_values(flat: Any, floats: bool) -> list[Any]:
+    if floats:
+        return [float(text) for text in flat.astype(str).tolist()]
+    values: list[Any] = flat.tolist()
+    return values
+
+
 def _from_tf(name: str, value: Any) -> p.Tensor:
     dtype = _dtype_name(value.dtype.as_datatype_enum)
-    array = value.numpy()
-    flat = array.reshape(-1)
-    if dtype in _FLOATS:
-        # Shortest text that reads back as the same float32 (0.1, not
-        # 0.10000000149011612), as TF Serving writes them; NaN/Inf pass through.
-        values = [float(text) for text in flat.astype(str).tolist()]
-    elif dtype in _PLAIN:
-        values = flat.tolist()
-    else:
+    if dtype not in _FLOATS | _PLAIN:
         raise p.ApiError(500, f"Failed to write JSON value for tensor type: {dtype} ({name})")
-    return p.Tensor(dtype, tuple(int(d) for d in array.shape), values)
+    array = value.numpy()
+    return p.Tensor(
+        dtype, tuple(int(d) for d in array.shape), OutputValues(array.reshape(-1), dtype in _FLOATS)
+    )
 
 
 _RUNNABLE_METHODS = (p.PREDICT_METHOD, p.CLASSIFY_METHOD, p.REGRESS_METHOD)
@@ -219,14 +274,17 @@ def _as_proto_field(name: str, value: Any) -> Any:
     flat = array.reshape(-1)
     field = _VALUE_FIELDS.get(dtype)
     if field is not None:
-        getattr(proto, field).extend(flat.tolist())
+        values = getattr(proto, field)
     elif dtype in ("DT_HALF", "DT_BFLOAT16"):
-        proto.half_val.extend(flat.view("uint16").tolist())
+        values, flat = proto.half_val, flat.view("uint16")
     elif dtype in ("DT_COMPLEX64", "DT_COMPLEX128"):
-        pairs = [part for number in flat.tolist() for part in (number.real, number.imag)]
-        (proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val).extend(pairs)
+        # (real, imaginary) pairs: the same memory seen as twice as many floats
+        values = proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val
+        flat = flat.view("float32" if dtype == "DT_COMPLEX64" else "float64")
     else:
         raise p.ApiError(500, f"Output {name} has type {dtype}, which cannot be sent in a reply")
+    for start in range(0, flat.size, CHUNK):  # Python objects for one chunk at a time
+        values.extend(flat[start : start + CHUNK].tolist())
     return proto
 
 
@@ -287,13 +345,12 @@ def _rows(arguments: Mapping[str, Any]) -> int | None:
 def _to_numpy(tensor: p.Tensor) -> Any:
     """A validated REST input as a NumPy array, for the batch queue.
 
-    Floats straight from the values (what tf.constant gives: same rounding,
-    inf and NaN); other dtypes through _to_tf, so that any error is the one
-    the request gets without batching.
+    Numbers on the memory of their compact array (no copy); strings, half
+    and bfloat16 through _to_tf, so that any error is the one the request
+    gets without batching.
     """
-    if tensor.dtype in ("DT_FLOAT", "DT_DOUBLE"):
-        dtype = np.float32 if tensor.dtype == "DT_FLOAT" else np.float64
-        return np.asarray(tensor.values, dtype=dtype).reshape(tensor.shape)
+    if isinstance(tensor.values, py_array.array):
+        return _compact(tensor)
     return _to_tf(tensor).numpy()
 
 

@@ -15,13 +15,14 @@ bad input, never anything else.
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import json
 import math
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,12 +132,15 @@ class Signature:
 class Tensor:
     """A dense tensor: dtype name, shape, values flat in row-major order.
 
-    Values are Python ints, floats and bools, or bytes for DT_STRING.
+    Values are Python ints, floats and bools, or bytes for DT_STRING. A
+    request's numbers are parsed into a compact ``array.array`` (see
+    :func:`new_values`); a model's outputs may be any sequence with a
+    ``tolist()`` that makes the Python objects (:func:`values_list`).
     """
 
     dtype: str
     shape: tuple[int, ...]
-    values: list[Any]
+    values: Sequence[Any]
 
 
 @dataclass(frozen=True)
@@ -321,13 +325,28 @@ def dense_shape(value: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _fill(value: Any, shape: tuple[int, ...], convert: _Converter, out: list[Any]) -> None:
-    """Append the leaves of `value` to `out`, checking it is dense with `shape`."""
+def _fill(
+    value: Any, shape: tuple[int, ...], convert: _Converter, out: MutableSequence[Any]
+) -> None:
+    """Append the leaves of `value` to `out`, checking it is dense with `shape`.
+
+    Depth first, in order, with one iterator per level: what it holds besides
+    the values is as deep as the tensor, not as large.
+    """
     rank = len(shape)
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, list):
+    append = out.append
+    levels = [iter((value,))]  # the items of levels[-1] are at level len(levels) - 1
+    while levels:
+        level = len(levels) - 1
+        for item in levels[-1]:
+            if not isinstance(item, list):
+                if level != rank:
+                    raise bad_request(
+                        f"JSON Value: {quote(item)} found at incorrect level: {level + 1} "
+                        f"in the JSON DOM. Expected at level: {rank}"
+                    )
+                append(convert(item))
+                continue
             if level >= rank:
                 raise bad_request(
                     f"Encountered list at unexpected level: {level} expected < {rank}"
@@ -337,20 +356,57 @@ def _fill(value: Any, shape: tuple[int, ...], convert: _Converter, out: list[Any
                     f"Encountered list at unexpected size: {len(item)} at level: {level} "
                     f"expected size: {shape[level]}"
                 )
-            stack.extend((child, level + 1) for child in reversed(item))
+            if level + 1 < rank:
+                levels.append(iter(item))
+                break
+            for leaf in item:  # the innermost lists: their items are the values
+                if isinstance(leaf, list):
+                    raise bad_request(
+                        f"Encountered list at unexpected level: {rank} expected < {rank}"
+                    )
+                append(convert(leaf))
         else:
-            if level != rank:
-                raise bad_request(
-                    f"JSON Value: {quote(item)} found at incorrect level: {level + 1} "
-                    f"in the JSON DOM. Expected at level: {rank}"
-                )
-            out.append(convert(item))
+            levels.pop()
+
+
+#: array.array type codes for the dtypes a request's numbers are parsed into:
+#: 1 to 8 bytes a value instead of a list's 8-byte pointer and, for a float
+#: made from a JSON integer, a 24-byte float object.
+ARRAY_TYPECODES = {
+    "DT_FLOAT": "f",
+    "DT_DOUBLE": "d",
+    "DT_INT8": "b",
+    "DT_INT16": "h",
+    "DT_INT32": "i",
+    "DT_INT64": "q",
+    "DT_UINT8": "B",
+    "DT_UINT16": "H",
+    "DT_UINT32": "I",
+    "DT_UINT64": "Q",
+    "DT_BOOL": "B",
+}
+
+
+def new_values(dtype: str) -> MutableSequence[Any]:
+    """An empty container for a request's values of `dtype`: a compact array
+    where one holds the dtype exactly, else a list (strings, half, bfloat16)."""
+    code = ARRAY_TYPECODES.get(dtype)
+    return array.array(code) if code is not None else []
+
+
+def values_list(values: Sequence[Any]) -> list[Any]:
+    """Values as a list of Python objects: the sequence's tolist(), else list()."""
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None:
+        converted: list[Any] = tolist()
+        return converted
+    return values if isinstance(values, list) else list(values)
 
 
 def to_tensor(value: Any, spec: TensorSpec) -> Tensor:
     """One JSON value (scalar or nested list) as a dense tensor of spec.dtype."""
     shape = dense_shape(value)
-    values: list[Any] = []
+    values = new_values(spec.dtype)
     _fill(value, shape, converter(spec.dtype), values)
     return Tensor(spec.dtype, shape, values)
 
@@ -364,7 +420,7 @@ def _from_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
             "tensors required as per tensorinfo_map"
         )
     shapes: dict[str, tuple[int, ...]] = {}
-    values: dict[str, list[Any]] = {name: [] for name in names}
+    values = {name: new_values(signature.inputs[name].dtype) for name in names}
 
     def add(item: Any, name: str) -> None:
         spec = signature.inputs[name]
@@ -591,9 +647,9 @@ SUPPORTED_DTYPES = frozenset(_CONVERTERS)
 
 def nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
     """Flat row-major values as nested lists of `shape` (a scalar for shape ())."""
+    items = values_list(values)
     if not shape:
-        return values[0]
-    items: list[Any] = list(values)
+        return items[0]
     for level in range(len(shape) - 1, 0, -1):
         size, groups = shape[level], math.prod(shape[:level])
         items = [items[i * size : (i + 1) * size] for i in range(groups)]
@@ -602,10 +658,10 @@ def nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
 
 def _json_leaves(name: str, tensor: Tensor) -> list[Any]:
     if tensor.dtype != "DT_STRING":
-        return tensor.values
+        return values_list(tensor.values)
     as_bytes = name.endswith("_bytes")
     leaves: list[Any] = []
-    for value in tensor.values:
+    for value in values_list(tensor.values):
         raw = value if isinstance(value, bytes) else str(value).encode()
         if not as_bytes:
             try:
