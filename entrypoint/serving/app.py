@@ -63,6 +63,7 @@ def tensorflow_loader(
     method_name_check: bool = False,
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
+    max_body_bytes: int | None = None,
 ) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
@@ -73,6 +74,7 @@ def tensorflow_loader(
         method_name_check=method_name_check,
         batching=batching,
         batch_hooks=batch_hooks,
+        max_body_bytes=max_body_bytes,
     )
 
 
@@ -434,6 +436,7 @@ def create_app(
             method_name_check=config.enable_signature_method_name_check,
             batching=config.batching,
             batch_hooks=metrics.batch_hooks(),
+            max_body_bytes=config.max_body_bytes,
         )
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)

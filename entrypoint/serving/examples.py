@@ -17,7 +17,10 @@ after TF Serving's own sources so clients see the same answers and errors:
 Context features are merged into every example the way TF Serving does it:
 the serialized context is prepended to each serialized example, so protobuf's
 merge rules apply and an example's own feature wins over the context's
-feature of the same name.
+feature of the same name. A request's examples, with the context copied into
+each, may take at most `limit` bytes (limits.EXPANSION x --max-body-bytes),
+checked before any copy is made (413 / RESOURCE_EXHAUSTED, not TF Serving's:
+it copies without bound).
 
 Every error is a :class:`~tf_entrypoint.serving.protocol.ApiError`; TF Serving
 returns INVALID_ARGUMENT (HTTP 400) for all of them.
@@ -33,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tf_entrypoint.serving import limits
 from tf_entrypoint.serving import protocol as p
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -60,21 +64,27 @@ class ExamplesRequest:
 # gRPC: tensorflow.serving.Input -> serialized examples
 
 
-def serialized_examples(input_proto: Any) -> list[bytes]:
+def serialized_examples(input_proto: Any, *, limit: int) -> list[bytes]:
     """The serialized Examples of a ``tensorflow.serving.Input`` message.
 
     ``example_list``: each example as is. ``example_list_with_context``: the
     context prepended to each example (TF Serving's merge). An Input with
     neither, or with no examples, gives ``[]``: the servable answers "Input is
-    empty." after it has checked the signature, as TF Serving does.
+    empty." after it has checked the signature, as TF Serving does. ApiError
+    413 when they would take more than `limit` bytes (nothing is copied then).
     """
     kind = input_proto.WhichOneof("kind")
     if kind == "example_list":
-        return [example.SerializeToString() for example in input_proto.example_list.examples]
+        examples = input_proto.example_list.examples
+        limits.check_examples(0, [example.ByteSize() for example in examples], limit)
+        return [example.SerializeToString() for example in examples]
     if kind == "example_list_with_context":
         with_context = input_proto.example_list_with_context
+        examples = with_context.examples
+        sizes = [example.ByteSize() for example in examples]
+        limits.check_examples(with_context.context.ByteSize(), sizes, limit)
         context: bytes = with_context.context.SerializeToString()
-        return [context + example.SerializeToString() for example in with_context.examples]
+        return [context + example.SerializeToString() for example in examples]
     return []
 
 
@@ -82,9 +92,17 @@ def serialized_examples(input_proto: Any) -> list[bytes]:
 # REST: JSON -> serialized examples
 
 
-def parse_examples_request(body: bytes) -> ExamplesRequest:
-    """A :classify or :regress body as TF Serving reads it (json_tensor.cc)."""
-    document = p.parse_json_object(body)
+def parse_examples_request(body: bytes, *, limit: int) -> ExamplesRequest:
+    """A :classify or :regress body as TF Serving reads it (json_tensor.cc).
+
+    ApiError 413 when its examples, with the context copied into each, would
+    take more than `limit` bytes: checked before the first copy.
+    """
+    return examples_request(p.parse_json_object(body), limit=limit)
+
+
+def examples_request(document: dict[str, Any], *, limit: int) -> ExamplesRequest:
+    """parse_examples_request() of a body already parsed as JSON."""
     signature_name = document.get("signature_name", "")
     if not isinstance(signature_name, str):
         raise p.bad_request(
@@ -108,7 +126,12 @@ def parse_examples_request(body: bytes) -> ExamplesRequest:
         )
     if not examples:
         raise p.bad_request(f"JSON Value: {p.quote(document)} 'examples' value is an empty array")
-    return ExamplesRequest(signature_name, [context + encode_example(e) for e in examples])
+    encoded = [encode_example(e) for e in examples]
+    limits.check_examples(len(context), [len(e) for e in encoded], limit)
+    if context:
+        for index, example in enumerate(encoded):  # in place: each old one freed as it goes
+            encoded[index] = context + example
+    return ExamplesRequest(signature_name, encoded)
 
 
 def encode_example(value: Any) -> bytes:

@@ -350,7 +350,9 @@ class PredictionService:
         """On a worker: Classify or Regress on the request's tf.Examples."""
         from tf_entrypoint.serving import examples  # noqa: PLC0415
 
-        serialized = examples.serialized_examples(request.input)
+        serialized = examples.serialized_examples(
+            request.input, limit=self.h.state.limits.expansion
+        )
         name = request.model_spec.signature_name or p.DEFAULT_SIGNATURE
         with self.h.manager.lease(route) as version:
             servable = _servable(version)

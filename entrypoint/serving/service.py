@@ -138,7 +138,7 @@ def classify_or_regress(
         if route.kind not in ("classify", "regress"):
             raise p.bad_request(f"{route.kind} is not a classify or regress request")
         with limits.converting:
-            request = ex.parse_examples_request(body.take())
+            request = ex.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
