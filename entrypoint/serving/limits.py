@@ -21,6 +21,9 @@ TensorFlow, no NumPy.
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,3 +123,35 @@ class RequestLimits:
     def expansion(self) -> int:
         """Bytes a request may make the server build (expansion_limit)."""
         return expansion_limit(self.max_body_bytes)
+
+
+#: glibc's mallopt() parameter for the most malloc arenas (malloc.h).
+_M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(workers: int) -> int | None:
+    """At most 2 x `workers` glibc malloc arenas for the server (mallopt M_ARENA_MAX).
+
+    glibc gives threads that allocate at the same time arenas of their own,
+    up to 8 per core the machine has (not the container's budget), and an
+    arena keeps what its threads freed for its own later use. With batching
+    every admitted request has a thread, so the memory a burst of large
+    requests used stayed spread over dozens of arenas: 24 requests of 4 MB at
+    once peaked at 1.26 GB, and kept it, where 2 arenas peaked at 0.65 GB.
+    Call before any other thread starts. MALLOC_ARENA_MAX in the environment
+    wins (glibc reads it itself). Returns the number set, or None (not glibc,
+    or set by the environment).
+    """
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return None
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None
+    arenas = max(2, 2 * workers)
+    if mallopt(_M_ARENA_MAX, arenas) != 1:
+        return None
+    logging.getLogger("tf_entrypoint.serving").debug(
+        "malloc arenas limited to %d (MALLOC_ARENA_MAX overrides)", arenas
+    )
+    return arenas

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import ctypes
 import gc
 import json
 import threading
@@ -84,6 +85,27 @@ def test_request_limits() -> None:
     assert request_limits.expansion == 8000
     slots = [request_limits.converting.acquire(blocking=False) for _ in range(4)]
     assert slots == [True, True, True, False]
+
+
+def test_malloc_arenas_are_two_per_worker_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, int]] = []
+
+    class Libc:
+        @staticmethod
+        def mallopt(param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert limits.limit_malloc_arenas(3) == 6
+    assert limits.limit_malloc_arenas(1) == 2
+    assert calls == [(-8, 6), (-8, 2)]  # M_ARENA_MAX
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limits.limit_malloc_arenas(3) is None
+    assert len(calls) == 2
 
 
 # -- compact values
