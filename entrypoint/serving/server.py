@@ -34,6 +34,7 @@ import uvicorn
 from tf_entrypoint.serving.app import ServingState, create_app
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
 from tf_entrypoint.serving.drain import EXIT_MARGIN
+from tf_entrypoint.serving.http_limits import uvicorn_options
 from tf_entrypoint.serving.limits import limit_malloc_arenas
 from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
@@ -275,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # before uvicorn would cancel them (a 500 and a traceback).
                 timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
                 server_header=False,
+                **uvicorn_options(),  # a request's line and headers are bounded too
             )
             rest = _Server(uv_config, stop)
             _handle_signals(rest.handle_exit)

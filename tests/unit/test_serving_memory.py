@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
-from tf_entrypoint.serving import limits
+from tf_entrypoint.serving import http_limits, limits
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import InferencePool, ServingState, create_app
 from tf_entrypoint.serving.metrics import Metrics
@@ -106,6 +106,14 @@ def test_malloc_arenas_are_two_per_worker_unless_the_environment_says(
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert limits.limit_malloc_arenas(3) is None
     assert len(calls) == 2
+
+
+def test_without_httptools_h11_bounds_the_head_to_the_same_size() -> None:
+    options = http_limits.uvicorn_options()
+    if options["http"] == "h11":  # this venv: no httptools (the image has it: container test)
+        assert options["h11_max_incomplete_event_size"] == http_limits.MAX_HEAD
+    else:
+        assert options["http"].__name__ == "BoundedHead"
 
 
 # -- compact values
