@@ -21,14 +21,16 @@ TensorFlow, no NumPy.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.batching import acquire_before_deadline
 
 #: Decoded tensors, or examples with their context, may take this many times --max-body-bytes.
 EXPANSION = 8
@@ -118,6 +120,17 @@ class RequestLimits:
     @classmethod
     def of(cls, max_body_bytes: int, workers: int) -> RequestLimits:
         return cls(max_body_bytes, threading.BoundedSemaphore(workers))
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """One of the `converting` slots, taken before the calling request's
+        deadline: a request still waiting for one then gets its 504, as in
+        every other wait on the request path (docs/robustness.md)."""
+        acquire_before_deadline(self.converting)
+        try:
+            yield
+        finally:
+            self.converting.release()
 
     @property
     def expansion(self) -> int:

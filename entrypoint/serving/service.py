@@ -80,7 +80,8 @@ def inference(
     """POST ...:predict, :classify or :regress (by route.kind). Blocking: run it on a worker.
 
     The JSON body is parsed, and the JSON answer written, while holding one
-    of `limits.converting`'s slots (docs/robustness.md, "Memory per request").
+    of `limits.converting`'s slots (docs/robustness.md, "Memory per request"),
+    taken before the request's deadline.
     """
     if route.kind in ("classify", "regress"):
         return classify_or_regress(manager, route, body, observe_inference, limits)
@@ -106,7 +107,7 @@ def predict(
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            with limits.converting:
+            with limits.slot():
                 request = p.parse_predict_request(
                     p.parse_json_object(body.take()), servable.signatures
                 )
@@ -116,7 +117,7 @@ def predict(
             outputs = servable.predict(name, inputs)
             observe_inference(time.perf_counter() - started)
             del inputs
-        with limits.converting:
+        with limits.slot():
             return answer(200, p.predict_response(request_format, outputs))
     except p.ApiError as err:
         return error_answer(err)
@@ -137,7 +138,7 @@ def classify_or_regress(
     try:
         if route.kind not in ("classify", "regress"):
             raise p.bad_request(f"{route.kind} is not a classify or regress request")
-        with limits.converting:
+        with limits.slot():
             request = ex.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
             servable = version.servable
@@ -149,7 +150,7 @@ def classify_or_regress(
                 values = servable.regress(request.signature_name, request.examples)
             observe_inference(time.perf_counter() - started)
         del request
-        with limits.converting:
+        with limits.slot():
             if route.kind == "classify":
                 return answer(200, ex.classify_response(classes))
             return answer(200, ex.regress_response(values))

@@ -29,6 +29,7 @@ from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
 from tf_entrypoint.serving import http_limits, limits
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import InferencePool, ServingState, create_app
+from tf_entrypoint.serving.batching import run_with_deadline
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.service import Answer, Body
 
@@ -299,21 +300,35 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(app: Starlette) -> None:
 # -- the JSON conversion slots
 
 
-class CountingSlots:
+def test_a_request_waits_for_a_slot_only_until_its_deadline() -> None:
+    request_limits = limits.RequestLimits.of(1000, workers=1)
+    request_limits.converting.acquire()  # every slot taken
+
+    def parse() -> None:
+        with request_limits.slot():
+            raise AssertionError("never reached")
+
+    with pytest.raises(p.ApiError) as caught:
+        run_with_deadline(time.monotonic() + 0.2, parse, "Request timed out after 0.2 s")
+    assert (caught.value.status, caught.value.message) == (504, "Request timed out after 0.2 s")
+    request_limits.converting.release()
+    with request_limits.slot():  # free again, and given back after
+        pass
+    assert request_limits.converting.acquire(blocking=False)
+
+
+class CountingSlots(threading.BoundedSemaphore):
     """limits.converting that counts who has come for a slot."""
 
     def __init__(self, slots: int) -> None:
-        self.semaphore = threading.BoundedSemaphore(slots)
+        super().__init__(slots)
         self.arrived = 0
         self.lock = threading.Lock()
 
-    def __enter__(self) -> None:
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         with self.lock:
             self.arrived += 1
-        self.semaphore.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.semaphore.release()
+        return super().acquire(blocking, timeout)
 
 
 def test_with_batching_at_most_workers_requests_parse_at_once(
@@ -325,7 +340,7 @@ def test_with_batching_at_most_workers_requests_parse_at_once(
     application = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
     slots = CountingSlots(1)
     state: ServingState = application.state.serving
-    state.limits = limits.RequestLimits(conf.max_body_bytes, slots)  # type: ignore[arg-type]
+    state.limits = limits.RequestLimits(conf.max_body_bytes, slots)
     parsing, most, lock, go = [0], [0], threading.Lock(), threading.Event()
     parse = p.parse_json_object
 
