@@ -398,19 +398,36 @@ def regression_result(num_examples: int, output: p.Tensor) -> list[float]:
     return [float(v) for v in p.values_list(output.values)]
 
 
-def classify_response(result: Classifications) -> dict[str, Any]:
-    """``{"results": [[[label, score], ...], ...]}``.
+#: Rows of a classification written to JSON at a time (classify_json).
+JSON_ROWS = 4096
 
-    Labels are bytes in the model; one that is not UTF-8 is written with the
-    replacement character (JSON strings must be Unicode).
+
+def classify_json(result: Classifications) -> bytes:
+    """``{"results": [[[label, score], ...], ...]}`` as JSON bytes (protocol.encode's).
+
+    Written JSON_ROWS examples at a time and consuming `result` as it goes
+    (it is left empty), so that the answer's Python objects never all exist
+    at once: a classification holds a list and a tuple per class per example,
+    and the JSON structure as much again. Labels are bytes in the model; one
+    that is not UTF-8 is written with the replacement character (JSON strings
+    must be Unicode); each distinct label is decoded once.
     """
     if not result:
         raise p.bad_request("Cannot convert empty ClassificationResults to JSON")
-    return {
-        "results": [
-            [[label.decode("utf-8", "replace"), score] for label, score in row] for row in result
-        ]
-    }
+    labels: dict[bytes, str] = {}
+
+    def text(label: bytes) -> str:
+        if label not in labels:
+            labels[label] = label.decode("utf-8", "replace")
+        return labels[label]
+
+    chunks: list[bytes] = []
+    result.reverse()  # so that pop() takes the examples in order
+    while result:
+        rows = [result.pop() for _ in range(min(JSON_ROWS, len(result)))]
+        written = p.encode([[[text(label), score] for label, score in row] for row in rows])
+        chunks.append(written[1:-1])  # without the list's brackets
+    return b'{"results":[' + b",".join(chunks) + b"]}"
 
 
 def regress_response(values: Sequence[float]) -> dict[str, Any]:

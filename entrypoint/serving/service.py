@@ -152,7 +152,7 @@ def classify_or_regress(
         del request
         with limits.slot():
             if route.kind == "classify":
-                return answer(200, ex.classify_response(classes))
+                return Answer(200, ex.classify_json(classes), {})
             return answer(200, ex.regress_response(values))
     except p.ApiError as err:
         return error_answer(err)

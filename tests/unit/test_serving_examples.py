@@ -443,11 +443,21 @@ def test_regression_output_checks(output: p.Tensor, message: str) -> None:
 
 
 def test_json_results_as_tf_serving_writes_them() -> None:
-    answer = ex.classify_response([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", 0.0)]])
-    assert answer == {"results": [[["a", 0.5], ["\ufffd", 1.0]], [["", 0.0]]]}
+    answer = ex.classify_json([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", math.nan)]])
+    assert answer == b'{"results":[[["a",0.5],["\\ufffd",1.0]],[["",NaN]]]}'
     assert p.encode(ex.regress_response([1.0, math.nan])) == b'{"results":[1.0,NaN]}'
-    assert raises(ex.classify_response, []) == "Cannot convert empty ClassificationResults to JSON"
+    assert raises(ex.classify_json, []) == "Cannot convert empty ClassificationResults to JSON"
     assert raises(ex.regress_response, []) == "Cannot convert empty RegressionResults to JSON"
+
+
+def test_a_classification_is_written_a_chunk_at_a_time_and_consumed() -> None:
+    rows = 2 * ex.JSON_ROWS + 3
+    result: ex.Classifications = [[(b"sum", float(i)), (b"diff", -float(i))] for i in range(rows)]
+    expected = p.encode(
+        {"results": [[["sum", float(i)], ["diff", -float(i)]] for i in range(rows)]}
+    )
+    assert ex.classify_json(result) == expected
+    assert result == []
 
 
 # -- TensorFlow's messages
