@@ -22,7 +22,7 @@ import json
 import math
 import re
 import urllib.parse
-from collections.abc import Mapping, MutableSequence, Sequence
+from collections.abc import Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -658,11 +658,15 @@ def nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
 
 
 def _json_leaves(name: str, tensor: Tensor) -> list[Any]:
-    if tensor.dtype != "DT_STRING":
-        return values_list(tensor.values)
+    return _leaves(name, tensor.dtype, tensor.values)
+
+
+def _leaves(name: str, dtype: str, values: Sequence[Any]) -> list[Any]:
+    if dtype != "DT_STRING":
+        return values_list(values)
     as_bytes = name.endswith("_bytes")
     leaves: list[Any] = []
-    for value in values_list(tensor.values):
+    for value in values_list(values):
         raw = value if isinstance(value, bytes) else str(value).encode()
         if not as_bytes:
             try:
@@ -690,6 +694,78 @@ def predict_response(
             name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names
         }
         return {"outputs": columns[names[0]] if len(names) == 1 else columns}
+    batch = _batch_size(names, outputs)
+    nested = {name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names}
+    if len(names) == 1:
+        return {"predictions": nested[names[0]]}
+    return {"predictions": [{name: nested[name][row] for name in names} for row in range(batch)]}
+
+
+#: Values of an answer made Python objects at a time (predict_json).
+JSON_VALUES = 1 << 16
+
+
+def _row_chunks(name: str, tensor: Tensor, step: int) -> Iterator[list[Any]]:
+    """A tensor's rows (its first dimension) as nested lists, `step` rows at a time."""
+    rows, inner = tensor.shape[0], tensor.shape[1:]
+    size = math.prod(inner)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        values = tensor.values[start * size : stop * size]
+        yield nest(_leaves(name, tensor.dtype, values), (stop - start, *inner))
+
+
+def _step(*tensors: Tensor) -> int:
+    """Rows a chunk holds: JSON_VALUES values' worth of all `tensors` (at least one)."""
+    return max(1, JSON_VALUES // max(1, sum(math.prod(t.shape[1:]) for t in tensors)))
+
+
+def _json_list(pieces: Iterator[Any]) -> bytes:
+    """A JSON array of the items of the lists `pieces` yields, written one piece at a time."""
+    return b"[" + b",".join(encode(piece)[1:-1] for piece in pieces if piece) + b"]"
+
+
+def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -> bytes:
+    """``encode(predict_response(request_format, outputs))``, written in chunks.
+
+    A chunk of rows (JSON_VALUES values) is made Python objects, written as
+    JSON text and dropped before the next: what the answer holds besides the
+    model's outputs is its text and one chunk's objects, not a Python object
+    per value (a float and its pointer, and a list per row, a dict per row in
+    the row format with several outputs). Same checks and errors as
+    :func:`predict_response`.
+    """
+    if not outputs:
+        raise ApiError(500, "Cannot convert empty tensor map to JSON")
+    names = sorted(outputs)
+    if request_format == "columnar":
+
+        def column(name: str) -> bytes:
+            tensor = outputs[name]
+            if not tensor.shape:
+                return encode(nest(_json_leaves(name, tensor), ()))
+            return _json_list(_row_chunks(name, tensor, _step(tensor)))
+
+        if len(names) == 1:
+            return b'{"outputs":' + column(names[0]) + b"}"
+        fields = b",".join(encode(name) + b":" + column(name) for name in names)
+        return b'{"outputs":{' + fields + b"}}"
+    _batch_size(names, outputs)
+    if len(names) == 1:
+        tensor = outputs[names[0]]
+        return b'{"predictions":' + _json_list(_row_chunks(names[0], tensor, _step(tensor))) + b"}"
+    step = _step(*outputs.values())
+    chunks = zip(*(_row_chunks(name, outputs[name], step) for name in names), strict=True)
+    rows = (
+        [{name: chunk[row] for name, chunk in zip(names, parts, strict=True)}
+         for row in range(len(parts[0]))]
+        for parts in chunks
+    )  # fmt: skip
+    return b'{"predictions":' + _json_list(rows) + b"}"
+
+
+def _batch_size(names: Sequence[str], outputs: Mapping[str, Tensor]) -> int:
+    """The row format's batch: every output's first dimension, the same for all."""
     batch = -1
     for name in names:
         shape = outputs[name].shape
@@ -700,10 +776,7 @@ def predict_response(
                 f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
             )
         batch = shape[0]
-    nested = {name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names}
-    if len(names) == 1:
-        return {"predictions": nested[names[0]]}
-    return {"predictions": [{name: nested[name][row] for name in names} for row in range(batch)]}
+    return batch
 
 
 _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]\s*$")

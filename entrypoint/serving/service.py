@@ -118,7 +118,7 @@ def predict(
             observe_inference(time.perf_counter() - started)
             del inputs
         with limits.slot():
-            return answer(200, p.predict_response(request_format, outputs))
+            return Answer(200, p.predict_json(request_format, outputs), {})
     except p.ApiError as err:
         return error_answer(err)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -372,3 +373,45 @@ def test_status_and_metadata_bodies() -> None:
     }
     unknown = p.tensor_info(p.TensorSpec("DT_STRING", None))
     assert unknown["tensor_shape"] == {"dim": [], "unknown_rank": True}
+
+
+_DIMS = st.lists(st.integers(min_value=0, max_value=3), max_size=3)
+
+
+@st.composite
+def _outputs(draw: st.DrawFn) -> dict[str, p.Tensor]:
+    """1-3 outputs: floats, ints, text and bytes, sharing a first dimension (or not)."""
+    batch = draw(st.integers(min_value=0, max_value=4))
+    names = draw(st.lists(st.sampled_from(["y", "b_bytes", "s", "n"]), min_size=1,
+                          max_size=3, unique=True))  # fmt: skip
+    outputs = {}
+    for name in names:
+        shape = tuple(draw(_DIMS)) if draw(st.booleans()) else (batch, *draw(_DIMS))
+        count = math.prod(shape)
+        if name in ("s", "b_bytes"):
+            values: list[Any] = [b"\xff" if i % 2 else f"v{i}".encode() for i in range(count)]
+            outputs[name] = p.Tensor("DT_STRING", shape, values)
+        elif name == "n":
+            outputs[name] = p.Tensor("DT_INT64", shape, list(range(count)))
+        else:
+            outputs[name] = f32(shape, [i / 4 for i in range(count)])
+    return outputs
+
+
+@given(_outputs(), st.sampled_from(["row", "columnar"]), st.integers(min_value=1, max_value=5))
+def test_an_answer_written_in_chunks_is_the_whole_answer(
+    outputs: dict[str, p.Tensor], request_format: p.RequestFormat, chunk: int
+) -> None:
+    def outcome(write: Callable[[], bytes]) -> bytes | tuple[int, str]:
+        try:
+            return write()
+        except p.ApiError as err:  # the same checks, the same errors
+            return err.status, err.message
+
+    saved = p.JSON_VALUES
+    p.JSON_VALUES = chunk  # rows of a few values at a time
+    try:
+        expected = outcome(lambda: p.encode(p.predict_response(request_format, outputs)))
+        assert outcome(lambda: p.predict_json(request_format, outputs)) == expected
+    finally:
+        p.JSON_VALUES = saved
