@@ -93,6 +93,20 @@ _SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 _STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
 
 
+#: Characters of a status message: grpc's clients refuse a call whose trailers
+#: pass 8 to 16 kB, so an error quoting a request's 100 kB model name reached
+#: the client as "received metadata size exceeds hard limit" instead.
+MAX_STATUS_MESSAGE = 2000
+
+
+def status_message(message: str) -> str:
+    """`message` cut to MAX_STATUS_MESSAGE characters (percent-encoded, at most three
+    bytes each on the wire)."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    return message[: MAX_STATUS_MESSAGE - 3] + "..."
+
+
 def route_of(kind: p.Kind, request: Any) -> p.Route:
     """The model, version or label a request's ModelSpec addresses."""
     if not request.HasField("model_spec"):
@@ -188,7 +202,7 @@ class _Handlers:
             code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
         self.observe(method, code, started, target)
         if code != "OK":
-            await context.abort(grpc.StatusCode[code], message)
+            await context.abort(grpc.StatusCode[code], status_message(message))
         return response
 
     async def infer(
@@ -548,7 +562,9 @@ class Health(health_pb2_grpc.HealthServicer):
     async def Check(self, request: Any, context: Context) -> Any:
         status = self._status.get(request.service)
         if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, status_message(f"unknown service {request.service!r}")
+            )
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: Context) -> None:

@@ -268,6 +268,27 @@ def test_a_grpc_context_cannot_multiply_either(server: Server) -> None:
     survived(server)
 
 
+# -- what a request quotes back
+
+
+def test_an_error_quoting_a_long_request_string_still_reaches_the_client(server: Server) -> None:
+    """A 40 kB model name or metadata field: the error, cut to 2,000 characters,
+    instead of grpc's 'received metadata size exceeds hard limit'."""
+    name = "m" * 40_000
+    missing, field = server.grpc(
+        {"op": "predict", "model": name, "inputs": {"x": {"values": [1.0]}}},
+        {"op": "metadata", "model": "plus", "fields": ["f" * 40_000]},
+    )
+    assert missing["code"] == "NOT_FOUND", missing
+    assert missing["message"].startswith("Servable not found for request: Latest(mmm")
+    assert len(missing["message"]) == 2000
+    assert missing["message"].endswith("m...")
+    assert field["code"] == "INVALID_ARGUMENT", field
+    assert field["message"].startswith("Metadata field fff")
+    assert len(field["message"]) == 2000
+    survived(server)
+
+
 # -- warm-up records are requests too
 
 
