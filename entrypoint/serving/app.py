@@ -4,7 +4,9 @@ Nothing here blocks the event loop: JSON parsing, validation, inference and
 response encoding of a predict run together on a worker thread (see
 :class:`InferencePool`); the loop only reads bodies, routes, and writes
 answers. Status, metadata (pre-encoded at load time), health and metrics are
-answered on the loop directly.
+answered on the loop directly. A predict is admitted before its body is
+read, so at most --max-queue bodies are held at once (docs/robustness.md,
+"Memory per request").
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_w
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
 from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
+from tf_entrypoint.serving.limits import RequestLimits
 from tf_entrypoint.serving.metrics import Metrics
 from tf_entrypoint.serving.model_config import read_model_config
 from tf_entrypoint.serving.service import Answer, answer, error_answer
@@ -60,6 +63,7 @@ def tensorflow_loader(
     method_name_check: bool = False,
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
+    max_body_bytes: int | None = None,
 ) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
@@ -70,6 +74,7 @@ def tensorflow_loader(
         method_name_check=method_name_check,
         batching=batching,
         batch_hooks=batch_hooks,
+        max_body_bytes=max_body_bytes,
     )
 
 
@@ -85,6 +90,30 @@ def request_threads(config: ServeConfig) -> int:
     return config.workers if config.batching is None else config.max_queue
 
 
+class Admission:
+    """One request's place among those an InferencePool admits (InferencePool.admit)."""
+
+    __slots__ = ("_held", "_pool", "handed")
+
+    def __init__(self, pool: InferencePool) -> None:
+        self._pool = pool
+        self._held = True
+        #: Set by InferencePool.run, which gives the place back when the work is done.
+        self.handed = False
+
+    def release(self) -> None:
+        """Give the place back (the first call does; later ones do nothing)."""
+        with self._pool._lock:
+            held, self._held = self._held, False
+        if held:
+            self._pool._release(None)
+
+    def close(self) -> None:
+        """Give the place back unless InferencePool.run took it over."""
+        if not self.handed:
+            self.release()
+
+
 class InferencePool:
     """A fixed set of worker threads with bounded admission, shared by REST and gRPC.
 
@@ -95,6 +124,8 @@ class InferencePool:
     finishes (ops cannot be interrupted) but its client gets 504 or
     DEADLINE_EXCEEDED. `run` may be awaited from any event loop (REST's and
     gRPC's run on different threads): admission is counted under a lock.
+    A caller that must hold its place before it reads the request (its body,
+    its message) calls :meth:`admit` first and hands the Admission to `run`.
     """
 
     def __init__(self, workers: int, max_queue: int, metrics: Metrics) -> None:
@@ -107,7 +138,8 @@ class InferencePool:
             max_workers=workers, thread_name_prefix="inference"
         )
 
-    async def run(self, work: Callable[[], T], timeout: float) -> T:
+    def admit(self) -> Admission:
+        """A place among the `max_queue` admitted, or ApiError 503 / RESOURCE_EXHAUSTED."""
         with self._lock:
             full = self.admitted >= self.max_queue
             if not full:
@@ -122,15 +154,23 @@ class InferencePool:
                 code="RESOURCE_EXHAUSTED",
             )
         self.metrics.in_flight.inc()
+        return Admission(self)
+
+    async def run(
+        self, work: Callable[[], T], timeout: float, admission: Admission | None = None
+    ) -> T:
+        """Run `work` on a worker; `admission`: the place admit() gave (else taken now)."""
+        place = self.admit() if admission is None else admission
+        place.handed = True
         # The deadline, for a request queued for a batch: withdrawn when it passes.
         deadline = time.monotonic() + timeout if timeout else None
         expired = f"Request timed out after {timeout:g} s (--request-timeout)"
         try:
             future = self._executor.submit(run_with_deadline, deadline, work, expired)
         except RuntimeError:  # shut down: the server is stopping
-            self._release(None)
+            place.release()
             raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
-        future.add_done_callback(self._release)
+        future.add_done_callback(lambda _: place.release())
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
         except TIMEOUT_ERRORS:
@@ -152,6 +192,8 @@ class ServingState:
     manager: Manager
     metrics: Metrics
     pool: InferencePool
+    #: --max-body-bytes and the JSON conversion slots, for every request handler.
+    limits: RequestLimits
     #: Called (from any thread) when the server cannot go on: no model, load failed.
     on_fatal: Callable[[str], None]
     draining: bool = False
@@ -205,8 +247,21 @@ def _respond(result: Answer) -> Response:
     )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or ApiError(413) as soon as it is known to exceed `limit`."""
+async def read_body(request: Request, limit: int, timeout: float = 0.0) -> bytes:
+    """The whole body, or ApiError(413) as soon as it is known to exceed `limit`.
+
+    ApiError(408) when it has not all arrived within `timeout` seconds (0: no
+    limit): an admitted request holds its place while it is read.
+    """
+    if timeout:
+        try:
+            return await asyncio.wait_for(read_body(request, limit), timeout)
+        except TIMEOUT_ERRORS:
+            raise p.ApiError(
+                408,
+                f"Request body not received within {timeout:g} s (--request-timeout)",
+                {"Connection": "close"},
+            ) from None
     too_large = f"Request body exceeds the limit of {limit} bytes (--max-body-bytes)"
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -260,15 +315,25 @@ class _Endpoints:
                 result = service.metadata(manager, route)
             else:
                 manager.check(route)  # unknown model or not loaded: no worker needed
-                body = await read_body(request, config.max_body_bytes)
+                # Admitted before the body is read: at most --max-queue bodies are
+                # held; a refused request's body is never read (uvicorn discards it).
+                admission = state.pool.admit()
+                try:
+                    body = service.Body(
+                        await read_body(request, config.max_body_bytes, config.request_timeout)
+                    )
+                except BaseException:
+                    admission.release()
+                    raise
                 work = functools.partial(
                     service.inference,
                     manager,
                     route,
                     body,
                     functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind]),
+                    state.limits,
                 )
-                result = await state.pool.run(work, config.request_timeout)
+                result = await state.pool.run(work, config.request_timeout, admission)
         except p.ApiError as err:
             result = error_answer(err)
         except ClientDisconnect:
@@ -371,6 +436,7 @@ def create_app(
             method_name_check=config.enable_signature_method_name_check,
             batching=config.batching,
             batch_hooks=metrics.batch_hooks(),
+            max_body_bytes=config.max_body_bytes,
         )
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)
@@ -383,6 +449,7 @@ def create_app(
         manager=manager,
         metrics=metrics,
         pool=InferencePool(request_threads(config), config.max_queue, metrics),
+        limits=RequestLimits.of(config.max_body_bytes, config.workers),
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
     )

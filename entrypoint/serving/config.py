@@ -351,7 +351,8 @@ FLAGS: tuple[Flag, ...] = (
          tf_serving=False),
     Flag("max-queue", "requests admitted (running + waiting) before 503", env=ENV_MAX_QUEUE,
          default=f"{DEFAULT_QUEUE_PER_WORKER} per worker", tf_serving=False),
-    Flag("max-body-bytes", "largest request body; larger gets 413", env=ENV_MAX_BODY_BYTES,
+    Flag("max-body-bytes", "largest request body or gRPC message (larger gets 413); what "
+         "one request may make the server build is 8 times it", env=ENV_MAX_BODY_BYTES,
          default=str(DEFAULT_MAX_BODY_BYTES), tf_serving=False),
     Flag("grace-period", "seconds in-flight requests get after SIGTERM; those still running "
          "then get 503 and the process exits within 1 s", env=ENV_GRACE_PERIOD,

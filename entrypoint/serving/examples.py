@@ -17,7 +17,10 @@ after TF Serving's own sources so clients see the same answers and errors:
 Context features are merged into every example the way TF Serving does it:
 the serialized context is prepended to each serialized example, so protobuf's
 merge rules apply and an example's own feature wins over the context's
-feature of the same name.
+feature of the same name. A request's examples, with the context copied into
+each, may take at most `limit` bytes (limits.EXPANSION x --max-body-bytes),
+checked before any copy is made (413 / RESOURCE_EXHAUSTED, not TF Serving's:
+it copies without bound).
 
 Every error is a :class:`~tf_entrypoint.serving.protocol.ApiError`; TF Serving
 returns INVALID_ARGUMENT (HTTP 400) for all of them.
@@ -33,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tf_entrypoint.serving import limits
 from tf_entrypoint.serving import protocol as p
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -60,21 +64,27 @@ class ExamplesRequest:
 # gRPC: tensorflow.serving.Input -> serialized examples
 
 
-def serialized_examples(input_proto: Any) -> list[bytes]:
+def serialized_examples(input_proto: Any, *, limit: int) -> list[bytes]:
     """The serialized Examples of a ``tensorflow.serving.Input`` message.
 
     ``example_list``: each example as is. ``example_list_with_context``: the
     context prepended to each example (TF Serving's merge). An Input with
     neither, or with no examples, gives ``[]``: the servable answers "Input is
-    empty." after it has checked the signature, as TF Serving does.
+    empty." after it has checked the signature, as TF Serving does. ApiError
+    413 when they would take more than `limit` bytes (nothing is copied then).
     """
     kind = input_proto.WhichOneof("kind")
     if kind == "example_list":
-        return [example.SerializeToString() for example in input_proto.example_list.examples]
+        examples = input_proto.example_list.examples
+        limits.check_examples(0, [example.ByteSize() for example in examples], limit)
+        return [example.SerializeToString() for example in examples]
     if kind == "example_list_with_context":
         with_context = input_proto.example_list_with_context
+        examples = with_context.examples
+        sizes = [example.ByteSize() for example in examples]
+        limits.check_examples(with_context.context.ByteSize(), sizes, limit)
         context: bytes = with_context.context.SerializeToString()
-        return [context + example.SerializeToString() for example in with_context.examples]
+        return [context + example.SerializeToString() for example in examples]
     return []
 
 
@@ -82,9 +92,17 @@ def serialized_examples(input_proto: Any) -> list[bytes]:
 # REST: JSON -> serialized examples
 
 
-def parse_examples_request(body: bytes) -> ExamplesRequest:
-    """A :classify or :regress body as TF Serving reads it (json_tensor.cc)."""
-    document = p.parse_json_object(body)
+def parse_examples_request(body: bytes, *, limit: int) -> ExamplesRequest:
+    """A :classify or :regress body as TF Serving reads it (json_tensor.cc).
+
+    ApiError 413 when its examples, with the context copied into each, would
+    take more than `limit` bytes: checked before the first copy.
+    """
+    return examples_request(p.parse_json_object(body), limit=limit)
+
+
+def examples_request(document: dict[str, Any], *, limit: int) -> ExamplesRequest:
+    """parse_examples_request() of a body already parsed as JSON."""
     signature_name = document.get("signature_name", "")
     if not isinstance(signature_name, str):
         raise p.bad_request(
@@ -108,7 +126,12 @@ def parse_examples_request(body: bytes) -> ExamplesRequest:
         )
     if not examples:
         raise p.bad_request(f"JSON Value: {p.quote(document)} 'examples' value is an empty array")
-    return ExamplesRequest(signature_name, [context + encode_example(e) for e in examples])
+    encoded = [encode_example(e) for e in examples]
+    limits.check_examples(len(context), [len(e) for e in encoded], limit)
+    if context:
+        for index, example in enumerate(encoded):  # in place: each old one freed as it goes
+            encoded[index] = context + example
+    return ExamplesRequest(signature_name, encoded)
 
 
 def encode_example(value: Any) -> bytes:
@@ -344,13 +367,15 @@ def classification_result(
         )
     shaped = classes if classes is not None else scores
     num_classes = 0 if shaped is None else shaped.shape[1]
+    labels = None if classes is None else p.values_list(classes.values)
+    values = None if scores is None else p.values_list(scores.values)
     result: Classifications = []
     for i in range(num_examples):
         row = []
         for c in range(num_classes):
             at = i * num_classes + c
-            label = bytes(classes.values[at]) if classes is not None else b""
-            score = float(scores.values[at]) if scores is not None else 0.0
+            label = bytes(labels[at]) if labels is not None else b""
+            score = float(values[at]) if values is not None else 0.0
             row.append((label, score))
         result.append(row)
     return result
@@ -370,22 +395,39 @@ def regression_result(num_examples: int, output: p.Tensor) -> list[float]:
         )
     if output.dtype != "DT_FLOAT":
         raise p.bad_request(f"Expected output Tensor of DT_FLOAT.  Got: {output.dtype}")
-    return [float(v) for v in output.values]
+    return [float(v) for v in p.values_list(output.values)]
 
 
-def classify_response(result: Classifications) -> dict[str, Any]:
-    """``{"results": [[[label, score], ...], ...]}``.
+#: Rows of a classification written to JSON at a time (classify_json).
+JSON_ROWS = 4096
 
-    Labels are bytes in the model; one that is not UTF-8 is written with the
-    replacement character (JSON strings must be Unicode).
+
+def classify_json(result: Classifications) -> bytes:
+    """``{"results": [[[label, score], ...], ...]}`` as JSON bytes (protocol.encode's).
+
+    Written JSON_ROWS examples at a time and consuming `result` as it goes
+    (it is left empty), so that the answer's Python objects never all exist
+    at once: a classification holds a list and a tuple per class per example,
+    and the JSON structure as much again. Labels are bytes in the model; one
+    that is not UTF-8 is written with the replacement character (JSON strings
+    must be Unicode); each distinct label is decoded once.
     """
     if not result:
         raise p.bad_request("Cannot convert empty ClassificationResults to JSON")
-    return {
-        "results": [
-            [[label.decode("utf-8", "replace"), score] for label, score in row] for row in result
-        ]
-    }
+    labels: dict[bytes, str] = {}
+
+    def text(label: bytes) -> str:
+        if label not in labels:
+            labels[label] = label.decode("utf-8", "replace")
+        return labels[label]
+
+    chunks: list[bytes] = []
+    result.reverse()  # so that pop() takes the examples in order
+    while result:
+        rows = [result.pop() for _ in range(min(JSON_ROWS, len(result)))]
+        written = p.encode([[[text(label), score] for label, score in row] for row in rows])
+        chunks.append(written[1:-1])  # without the list's brackets
+    return b'{"results":[' + b",".join(chunks) + b"]}"
 
 
 def regress_response(values: Sequence[float]) -> dict[str, Any]:

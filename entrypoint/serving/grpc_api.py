@@ -9,6 +9,11 @@ workers and their admission limit
 (:class:`~tf_entrypoint.serving.app.InferencePool`), the request timeout,
 the message size limit and the drain on SIGTERM.
 
+Predict, Classify and Regress take their admission place (--max-queue)
+before their message is read, as REST requests do before their body: at
+most --max-queue inference messages are held at once, and a refused call's
+message is never read (docs/robustness.md, "Memory per request").
+
 Errors carry TF Serving's codes and messages: NOT_FOUND for an unknown
 model, version or label, INVALID_ARGUMENT for a bad tensor or signature,
 FAILED_PRECONDITION for a missing signature key, UNAVAILABLE while a model
@@ -39,17 +44,19 @@ import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
-    prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from tf_entrypoint.serving import monitoring
 from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.app import ServingState
+from tf_entrypoint.serving.app import Admission, ServingState
 from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
@@ -84,6 +91,20 @@ _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 _STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
+
+
+#: Characters of a status message: grpc's clients refuse a call whose trailers
+#: pass 8 to 16 kB, so an error quoting a request's 100 kB model name reached
+#: the client as "received metadata size exceeds hard limit" instead.
+MAX_STATUS_MESSAGE = 2000
+
+
+def status_message(message: str) -> str:
+    """`message` cut to MAX_STATUS_MESSAGE characters (percent-encoded, at most three
+    bytes each on the wire)."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    return message[: MAX_STATUS_MESSAGE - 3] + "..."
 
 
 def route_of(kind: p.Kind, request: Any) -> p.Route:
@@ -172,24 +193,33 @@ class _Handlers:
             code, message = "INVALID_ARGUMENT", str(err)
         except asyncio.CancelledError:
             if not cutoff.fired:  # the client went away or its deadline passed
-                self._observe(method, "CANCELLED", started, target)
+                self.observe(method, "CANCELLED", started, target)
                 raise
             cutoff.absorb()  # still running when the grace period ended
             code, message = "UNAVAILABLE", cutoff.message
         except Exception as err:  # a bug of ours: logged, answered INTERNAL, never hidden
             log.error("internal error in gRPC %s", method, exc_info=err)
             code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
-        self._observe(method, code, started, target)
+        self.observe(method, code, started, target)
         if code != "OK":
-            await context.abort(grpc.StatusCode[code], message)
+            await context.abort(grpc.StatusCode[code], status_message(message))
         return response
 
-    async def infer(self, route: p.Route, context: Context, work: Callable[[], R]) -> R:
-        """Check the route, then run `work` on an inference worker within the timeout."""
+    async def infer(
+        self,
+        route: p.Route,
+        context: Context,
+        work: Callable[[], R],
+        admission: Admission | None = None,
+    ) -> R:
+        """Check the route, then run `work` on an inference worker within the timeout.
+
+        `admission`: the place taken before the message was read (else taken now).
+        """
         self.manager.check(route)  # unknown model or not loaded: no worker needed
         timeout = self.timeout(context)
         try:
-            return await self.state.pool.run(work, timeout)
+            return await self.state.pool.run(work, timeout, admission)
         except p.ApiError as err:
             if err.code == "DEADLINE_EXCEEDED" and timeout < (
                 self.state.config.request_timeout or float("inf")
@@ -197,7 +227,7 @@ class _Handlers:
                 raise p.ApiError(504, "Deadline Exceeded") from None
             raise
 
-    def _observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
+    def observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
         seconds = time.perf_counter() - started
         model = self.state.model_label(route)
         self.metrics.observe_grpc(method, code, seconds, model)
@@ -211,15 +241,58 @@ class _Handlers:
         self.metrics.runtime_done(model, _INFERENCE_METHODS[method], seconds)
 
 
-class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
+class PredictionService:
+    """TF Serving's PredictionService (registered by :func:`add_prediction_service`)."""
+
     def __init__(self, handlers: _Handlers) -> None:
         self.h = handlers
 
-    async def Predict(self, request: Any, context: Context) -> Any:
+    async def admitted(self, method: str, requests: Any, context: Context) -> Any:
+        """Predict, Classify or Regress: the admission place first, then the message.
+
+        These are registered as stream-unary methods (the same single message
+        on the wire), so that grpc has not read the message when this runs; a
+        call refused here (RESOURCE_EXHAUSTED, or UNAVAILABLE while draining)
+        never has its message read.
+        """
+        started = time.perf_counter()
+        cutoff = self.h.state.cutoff
+        try:
+            if self.h.state.draining:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            admission = self.h.state.pool.admit()
+        except p.ApiError as err:
+            self.h.observe(method, err.code, started, None)
+            await context.abort(grpc.StatusCode[err.code], err.message)
+        try:
+            try:
+                with cutoff.track():  # a message still arriving when the grace period ends
+                    request = await context.read()
+            except asyncio.CancelledError:
+                if not cutoff.fired:  # the client went away
+                    raise
+                cutoff.absorb()
+                request = p.ApiError(503, cutoff.message, code="UNAVAILABLE")
+            except p.ApiError as err:  # arrived after the cut-off
+                request = err
+            if request is aio.EOF:  # none sent, or none read: cancelled, or too large
+                # (then grpc has already answered RESOURCE_EXHAUSTED itself)
+                request = p.bad_request(f"{method}: no request message was received")
+            if isinstance(request, p.ApiError):
+                self.h.observe(method, request.code, started, None)
+                await context.abort(grpc.StatusCode[request.code], request.message)
+            call = {"Predict": self.Predict, "Classify": self.Classify, "Regress": self.Regress}
+            return await call[method](request, context, admission)
+        finally:
+            admission.close()
+
+    async def Predict(
+        self, request: Any, context: Context, admission: Admission | None = None
+    ) -> Any:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101 - route_of returns one or raises
             return await self.h.infer(
-                route, context, functools.partial(self._predict, route, request)
+                route, context, functools.partial(self._predict, route, request), admission
             )
 
         return await self.h.call("Predict", lambda: route_of("predict", request), context, answer)
@@ -262,27 +335,38 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer): 
             "GetModelMetadata", lambda: route_of("metadata", request), context, answer
         )
 
-    async def Classify(self, request: Any, context: Context) -> Any:
-        return await self._examples("Classify", "classify", request, context)
+    async def Classify(
+        self, request: Any, context: Context, admission: Admission | None = None
+    ) -> Any:
+        return await self._examples("Classify", "classify", request, context, admission)
 
-    async def Regress(self, request: Any, context: Context) -> Any:
-        return await self._examples("Regress", "regress", request, context)
+    async def Regress(
+        self, request: Any, context: Context, admission: Admission | None = None
+    ) -> Any:
+        return await self._examples("Regress", "regress", request, context, admission)
 
-    async def _examples(self, method: str, kind: p.Kind, request: Any, context: Context) -> Any:
+    async def _examples(
+        self,
+        method: str,
+        kind: p.Kind,
+        request: Any,
+        context: Context,
+        admission: Admission | None,
+    ) -> Any:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101
             work = functools.partial(self._run_examples, kind, route, request)
-            return await self.h.infer(route, context, work)
+            return await self.h.infer(route, context, work, admission)
 
         return await self.h.call(method, lambda: route_of(kind, request), context, answer)
 
     def _run_examples(self, kind: p.Kind, route: p.Route, request: Any) -> Any:
         """On a worker: Classify or Regress on the request's tf.Examples."""
-        from tensorflow_serving.apis import classification_pb2, regression_pb2  # noqa: PLC0415
-
         from tf_entrypoint.serving import examples  # noqa: PLC0415
 
-        serialized = examples.serialized_examples(request.input)
+        serialized = examples.serialized_examples(
+            request.input, limit=self.h.state.limits.expansion
+        )
         name = request.model_spec.signature_name or p.DEFAULT_SIGNATURE
         with self.h.manager.lease(route) as version:
             servable = _servable(version)
@@ -391,6 +475,51 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
         return await self.h.call("HandleReloadConfigRequest", lambda: None, context, answer)
 
 
+def add_prediction_service(service: PredictionService, server: aio.Server) -> None:
+    """Register TF Serving's PredictionService (what its generated stub's helper does),
+    with Predict, Classify and Regress as stream-unary methods (see PredictionService.admitted).
+    """
+
+    def admitted(method: str, request: Any, response: Any) -> Any:
+        return grpc.stream_unary_rpc_method_handler(
+            functools.partial(service.admitted, method),
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+
+    def unary(handler: Any, request: Any, response: Any) -> Any:
+        return grpc.unary_unary_rpc_method_handler(
+            handler,
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+
+    handlers = {
+        "Predict": admitted("Predict", predict_pb2.PredictRequest, predict_pb2.PredictResponse),
+        "Classify": admitted(
+            "Classify",
+            classification_pb2.ClassificationRequest,
+            classification_pb2.ClassificationResponse,
+        ),
+        "Regress": admitted(
+            "Regress", regression_pb2.RegressionRequest, regression_pb2.RegressionResponse
+        ),
+        "MultiInference": unary(
+            service.MultiInference,
+            inference_pb2.MultiInferenceRequest,
+            inference_pb2.MultiInferenceResponse,
+        ),
+        "GetModelMetadata": unary(
+            service.GetModelMetadata,
+            get_model_metadata_pb2.GetModelMetadataRequest,
+            get_model_metadata_pb2.GetModelMetadataResponse,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", handlers),)
+    )
+
+
 def _servable(version: Version) -> Any:
     servable = version.servable
     assert servable is not None  # noqa: S101 - AVAILABLE versions have one
@@ -433,7 +562,9 @@ class Health(health_pb2_grpc.HealthServicer):
     async def Check(self, request: Any, context: Context) -> Any:
         status = self._status.get(request.service)
         if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, status_message(f"unknown service {request.service!r}")
+            )
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: Context) -> None:
@@ -520,9 +651,7 @@ class GrpcServer:
             ]
         )
         handlers = _Handlers(self.state)
-        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            PredictionService(handlers), server
-        )
+        add_prediction_service(PredictionService(handlers), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
         self.health = Health()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -8,20 +8,23 @@ what TF Serving's metadata shows); execution goes through
 
 from __future__ import annotations
 
+import array as py_array
 import contextlib
 import gc
 import importlib
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import tensorflow as tf
 
 from tf_entrypoint.serving import examples as ex
+from tf_entrypoint.serving import limits
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.batching import (
     Batcher,
@@ -29,6 +32,7 @@ from tf_entrypoint.serving.batching import (
     BatchingParameters,
     acquire_before_deadline,
 )
+from tf_entrypoint.serving.config import DEFAULT_MAX_BODY_BYTES
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -132,8 +136,16 @@ def _signatures(graph: Any) -> dict[str, p.Signature]:
 
 
 def _to_tf(tensor: p.Tensor) -> Any:
+    if isinstance(tensor.values, py_array.array):
+        return tf.constant(_compact(tensor))
     dtype = tf.dtypes.as_dtype(_dtype_enum(tensor.dtype))
     return tf.reshape(tf.constant(tensor.values, dtype=dtype), tensor.shape)
+
+
+def _compact(tensor: p.Tensor) -> Any:
+    """A REST input parsed into an array.array, as a NumPy array on the same memory."""
+    dtype = tf.dtypes.as_dtype(_dtype_enum(tensor.dtype)).as_numpy_dtype
+    return np.frombuffer(tensor.values, dtype=dtype).reshape(tensor.shape)
 
 
 def _dtype_enum(name: str) -> int:
@@ -143,19 +155,65 @@ def _dtype_enum(name: str) -> int:
     return value
 
 
+#: Values converted to Python objects at a time (bounds the conversion's scratch memory).
+CHUNK = 1 << 16
+
+
+class OutputValues(Sequence[Any]):
+    """An output tensor's values, made Python objects only when read.
+
+    The answer is written from these (:func:`protocol.values_list` calls
+    tolist()) while the request holds a JSON conversion slot, so a request
+    that waits for one holds the model's compact output, not a list of
+    Python objects. Floats are written as the shortest text that reads back
+    as the same float32 (0.1, not 0.10000000149011612), as TF Serving writes
+    them; NaN and Inf pass through.
+    """
+
+    __slots__ = ("_flat", "_floats")
+
+    def __init__(self, flat: Any, floats: bool) -> None:
+        self._flat = flat
+        self._floats = floats
+
+    def __len__(self) -> int:
+        return int(self._flat.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return _python_values(self._flat[index], self._floats)
+        return _python_values(self._flat[index : index + 1 or None], self._floats)[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self), CHUNK):
+            yield from _python_values(self._flat[start : start + CHUNK], self._floats)
+
+    def tolist(self) -> list[Any]:
+        values: list[Any] = []
+        for start in range(0, len(self), CHUNK):
+            values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
+        return values
+
+
+def _python_values(flat: Any, floats: bool) -> list[Any]:
+    if floats:
+        return [float(text) for text in flat.astype(str).tolist()]
+    values: list[Any] = flat.tolist()
+    return values
+
+
 def _from_tf(name: str, value: Any) -> p.Tensor:
     dtype = _dtype_name(value.dtype.as_datatype_enum)
-    array = value.numpy()
-    flat = array.reshape(-1)
-    if dtype in _FLOATS:
-        # Shortest text that reads back as the same float32 (0.1, not
-        # 0.10000000149011612), as TF Serving writes them; NaN/Inf pass through.
-        values = [float(text) for text in flat.astype(str).tolist()]
-    elif dtype in _PLAIN:
-        values = flat.tolist()
-    else:
+    if dtype not in _FLOATS | _PLAIN:
         raise p.ApiError(500, f"Failed to write JSON value for tensor type: {dtype} ({name})")
-    return p.Tensor(dtype, tuple(int(d) for d in array.shape), values)
+    array = value.numpy()
+    return p.Tensor(
+        dtype, tuple(int(d) for d in array.shape), OutputValues(array.reshape(-1), dtype in _FLOATS)
+    )
 
 
 _RUNNABLE_METHODS = (p.PREDICT_METHOD, p.CLASSIFY_METHOD, p.REGRESS_METHOD)
@@ -174,6 +232,127 @@ _VALUE_FIELDS = {
     "DT_BOOL": "bool_val",
     "DT_STRING": "string_val",
 }
+
+
+#: How Tensor::FromProto reads each dtype from its typed field: the field and
+#: the NumPy type one field value is read as; values are then converted to the
+#: tensor's dtype as C++'s casts do (int_val 300 as uint8 is 44).
+_PROTO_READS: dict[str, tuple[str, Any]] = {
+    "DT_FLOAT": ("float_val", np.float32),
+    "DT_DOUBLE": ("double_val", np.float64),
+    "DT_INT64": ("int64_val", np.int64),
+    "DT_UINT32": ("uint32_val", np.uint32),
+    "DT_UINT64": ("uint64_val", np.uint64),
+    "DT_BOOL": ("bool_val", np.bool_),
+    "DT_HALF": ("half_val", np.int32),  # the bits, in an int32
+    "DT_BFLOAT16": ("half_val", np.int32),
+    "DT_COMPLEX64": ("scomplex_val", np.float32),  # (real, imaginary) pairs
+    "DT_COMPLEX128": ("dcomplex_val", np.float64),
+    "DT_FLOAT8_E5M2": ("float8_val", np.uint8),
+    "DT_FLOAT8_E4M3FN": ("float8_val", np.uint8),
+    "DT_STRING": ("string_val", object),
+    **dict.fromkeys(
+        ("DT_INT32", "DT_INT16", "DT_INT8", "DT_UINT8", "DT_UINT16", "DT_INT4", "DT_UINT4",
+         "DT_QINT8", "DT_QUINT8", "DT_QINT16", "DT_QUINT16", "DT_QINT32"),
+        ("int_val", np.int32),
+    ),
+}  # fmt: skip
+
+
+def _numpy_dtype(enum: int) -> Any:
+    return np.dtype(tf.dtypes.as_dtype(enum).as_numpy_dtype)
+
+
+def _sent(proto: Any, dtype: str) -> int:
+    """The values a TensorProto's typed field carries (complex: pairs)."""
+    values = len(getattr(proto, _PROTO_READS[dtype][0]))
+    return values // 2 if dtype in ("DT_COMPLEX64", "DT_COMPLEX128") else values
+
+
+def _decoded_size(key: str, proto: Any, dtype: str, count: int) -> int:
+    """What decoding a TensorProto of `count` elements would take (limits.py)."""
+    if dtype not in _PROTO_READS:
+        raise limits.parse_error(key)
+    if dtype != "DT_STRING":
+        return count * int(_numpy_dtype(proto.dtype).itemsize)
+    if proto.tensor_content:  # TensorFlow's string encoding: not read here
+        raise limits.parse_error(key)
+    values = proto.string_val
+    used = min(len(values), count)
+    lengths = [len(value) for value in itertools.islice(values, used)]
+    return limits.string_bytes(count, len(values), sum(lengths), lengths[-1] if lengths else 0)
+
+
+def decode_tensor_protos(inputs: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    """TensorProtos as NumPy arrays, as TensorFlow's Tensor::FromProto reads them.
+
+    `tensor_content` must hold exactly the shape's bytes; the typed field's
+    values are used up to the shape's size (more are ignored), fewer are
+    filled up with the last one, none with zeros. Checked before anything is
+    decoded: a shape TensorFlow refuses (a negative dimension, too many, too
+    many elements) or an unknown dtype is TF Serving's "tensor parsing error:
+    KEY"; inputs that would take more than `limit` bytes decoded are refused
+    with 413 / RESOURCE_EXHAUSTED (TF Serving would allocate them).
+    """
+    plans = []
+    for key in sorted(inputs):
+        proto = inputs[key]
+        try:
+            dtype = _dtype_name(proto.dtype)
+        except ValueError:  # not a DataType TensorFlow knows
+            raise limits.parse_error(key) from None
+        shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
+        count = limits.element_count(key, shape)
+        plans.append((key, proto, dtype, shape, count, _decoded_size(key, proto, dtype, count)))
+    total = sum(plan[-1] for plan in plans)
+    if total > limit:
+        largest = sorted(plans, key=lambda plan: -plan[-1])[:3]
+        details = ", ".join(
+            f"{key}: {p.format_shape(shape)} {dtype} from "
+            + (f"{len(proto.tensor_content)} bytes of tensor_content" if proto.tensor_content
+               else f"{_sent(proto, dtype)} value(s)")
+            for key, proto, dtype, shape, _, _ in largest
+        )  # fmt: skip
+        raise limits.too_large(f"Decoding the inputs ({details})", total, limit,
+                               "send a smaller tensor")  # fmt: skip
+    return {
+        key: _decode(key, proto, dtype, shape, count)
+        for key, proto, dtype, shape, count, _ in plans
+    }
+
+
+def _decode(key: str, proto: Any, dtype: str, shape: tuple[int, ...], count: int) -> Any:
+    target = _numpy_dtype(proto.dtype)
+    if count == 0:
+        return np.zeros(shape, dtype=target)
+    content = proto.tensor_content
+    if content:
+        if len(content) != count * target.itemsize:
+            raise limits.parse_error(key)
+        return np.frombuffer(content, dtype=target).reshape(shape)
+    field, read_as = _PROTO_READS[dtype]
+    values = getattr(proto, field)
+    used = min(_sent(proto, dtype), count)
+    if dtype == "DT_STRING":
+        flat = np.empty(count, dtype=object)
+        flat[:used] = list(itertools.islice(values, used))
+        flat[used:] = flat[used - 1] if used else b""
+        return flat.reshape(shape)
+    pairs = dtype in ("DT_COMPLEX64", "DT_COMPLEX128")
+    head = np.fromiter(values, dtype=read_as, count=used * 2 if pairs else used)
+    if pairs or dtype.startswith("DT_FLOAT8"):
+        head = head.view(target)
+    elif dtype in ("DT_HALF", "DT_BFLOAT16"):
+        head = head.astype(np.uint16).view(target)
+    else:
+        head = head.astype(target, copy=False)
+    if used == count:
+        return head.reshape(shape)
+    flat = np.zeros(count, dtype=target)
+    if used:
+        flat[:used] = head
+        flat[used:] = head[used - 1]
+    return flat.reshape(shape)
 
 
 def _tf_type(dtype: str) -> str:
@@ -219,14 +398,17 @@ def _as_proto_field(name: str, value: Any) -> Any:
     flat = array.reshape(-1)
     field = _VALUE_FIELDS.get(dtype)
     if field is not None:
-        getattr(proto, field).extend(flat.tolist())
+        values = getattr(proto, field)
     elif dtype in ("DT_HALF", "DT_BFLOAT16"):
-        proto.half_val.extend(flat.view("uint16").tolist())
+        values, flat = proto.half_val, flat.view("uint16")
     elif dtype in ("DT_COMPLEX64", "DT_COMPLEX128"):
-        pairs = [part for number in flat.tolist() for part in (number.real, number.imag)]
-        (proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val).extend(pairs)
+        # (real, imaginary) pairs: the same memory seen as twice as many floats
+        values = proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val
+        flat = flat.view("float32" if dtype == "DT_COMPLEX64" else "float64")
     else:
         raise p.ApiError(500, f"Output {name} has type {dtype}, which cannot be sent in a reply")
+    for start in range(0, flat.size, CHUNK):  # Python objects for one chunk at a time
+        values.extend(flat[start : start + CHUNK].tolist())
     return proto
 
 
@@ -287,13 +469,12 @@ def _rows(arguments: Mapping[str, Any]) -> int | None:
 def _to_numpy(tensor: p.Tensor) -> Any:
     """A validated REST input as a NumPy array, for the batch queue.
 
-    Floats straight from the values (what tf.constant gives: same rounding,
-    inf and NaN); other dtypes through _to_tf, so that any error is the one
-    the request gets without batching.
+    Numbers on the memory of their compact array (no copy); strings, half
+    and bfloat16 through _to_tf, so that any error is the one the request
+    gets without batching.
     """
-    if tensor.dtype in ("DT_FLOAT", "DT_DOUBLE"):
-        dtype = np.float32 if tensor.dtype == "DT_FLOAT" else np.float64
-        return np.asarray(tensor.values, dtype=dtype).reshape(tensor.shape)
+    if isinstance(tensor.values, py_array.array):
+        return _compact(tensor)
     return _to_tf(tensor).numpy()
 
 
@@ -351,9 +532,18 @@ def _run_batch(
 class TensorFlowServable:
     """One version of a SavedModel, loaded and ready to run."""
 
-    def __init__(self, directory: Path, version: int, *, method_name_check: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        version: int,
+        *,
+        method_name_check: bool = False,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         self._directory = directory
         self._version = version
+        #: What a gRPC request or warm-up record may decode to (limits.py).
+        self._expansion = limits.expansion_limit(max_body_bytes)
         self._warmup_records = 0
         #: Seconds spent replaying the warm-up file; None when there is none.
         self.warmup_seconds: float | None = None
@@ -483,11 +673,13 @@ class TensorFlowServable:
         """gRPC's Predict: TensorProtos in, (signature name, TensorProtos out).
 
         The checks and messages are TF Serving's (servables/tensorflow/
-        predict_util.cc); inputs are read with TensorFlow's own make_ndarray
-        (tensor_content or the typed value fields, a single value broadcast),
-        outputs written into the typed value fields (float_val, int64_val,
-        string_val, ...) as TF Serving's Tensor::AsProtoField writes them, so
-        clients that read those fields directly work unchanged.
+        predict_util.cc); inputs are read as TensorFlow's Tensor::FromProto
+        reads them (tensor_content or the typed value fields, the last value
+        filling the shape), after their decoded size is checked
+        (:func:`decode_tensor_protos`), outputs written into the typed value
+        fields (float_val, int64_val, string_val, ...) as TF Serving's
+        Tensor::AsProtoField writes them, so clients that read those fields
+        directly work unchanged.
         """
         name = signature_name or DEFAULT_SIGNATURE
         signature = self._signatures.get(name)
@@ -507,24 +699,21 @@ class TensorFlowServable:
             )
         _check_input_names(inputs, signature)
         _check_output_filter(output_filter, signature)
-        arguments = {}
         for index, key in enumerate(sorted(inputs)):
             proto, spec = inputs[key], signature.inputs[key]
             try:
                 given = _dtype_name(proto.dtype)
             except ValueError:  # not a DataType TensorFlow knows
-                raise p.bad_request(f"tensor parsing error: {key}") from None
+                raise limits.parse_error(key) from None
             if given != spec.dtype:
                 raise p.bad_request(
                     f"Expects arg[{index}] to be {_tf_type(spec.dtype)} but "
                     f"{_tf_type(given)} is provided"
                 )
-            try:
-                array = tf.make_ndarray(proto)
-            except (TypeError, ValueError):
-                raise p.bad_request(f"tensor parsing error: {key}") from None
-            p.check_shape(key, tuple(int(d) for d in array.shape), spec, name)
-            arguments[key] = array
+            shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
+            limits.element_count(key, shape)
+            p.check_shape(key, shape, spec, name)
+        arguments = decode_tensor_protos(inputs, self._expansion)
         try:
             if self._batched(name):
                 results = self._call(name, function, arguments)
@@ -641,7 +830,9 @@ class TensorFlowServable:
                     f'"{name}" not found in signature def'
                 )
             try:
-                function(**{key: tf.make_ndarray(value) for key, value in request.inputs.items()})
+                function(**decode_tensor_protos(request.inputs, self._expansion))
+            except p.ApiError as err:
+                raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
             except (tf.errors.OpError, TypeError, ValueError) as err:
                 raise ValueError(
                     f"warm-up record {index} of {path} failed: {str(err)[:MAX_ERROR_MESSAGE]}"
@@ -661,14 +852,12 @@ class TensorFlowServable:
         try:
             if log_entry.HasField("classify_log"):
                 request = log_entry.classify_log.request
-                self.classify(
-                    request.model_spec.signature_name, ex.serialized_examples(request.input)
-                )
+                examples = ex.serialized_examples(request.input, limit=self._expansion)
+                self.classify(request.model_spec.signature_name, examples)
             else:
                 request = log_entry.regress_log.request
-                self.regress(
-                    request.model_spec.signature_name, ex.serialized_examples(request.input)
-                )
+                examples = ex.serialized_examples(request.input, limit=self._expansion)
+                self.regress(request.model_spec.signature_name, examples)
         except p.ApiError as err:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 
@@ -702,14 +891,22 @@ def load(
     method_name_check: bool = False,
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
+    max_body_bytes: int | None = None,
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
     `method_name_check`: TF Serving's --enable_signature_method_name_check
     (classify/regress then need the signature's method_name to say so).
     `batching`: --enable_batching's parameters (warm-up runs unbatched).
+    `max_body_bytes`: --max-body-bytes, which bounds what a gRPC request or a
+    warm-up record may decode to (limits.py; default: the flag's default).
     """
-    servable = TensorFlowServable(directory, version, method_name_check=method_name_check)
+    servable = TensorFlowServable(
+        directory,
+        version,
+        method_name_check=method_name_check,
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
+    )
     if warmup:
         servable.warm_up()
     if batching is not None:

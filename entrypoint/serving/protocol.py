@@ -15,13 +15,14 @@ bad input, never anything else.
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import json
 import math
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -71,6 +72,7 @@ _CODE_OF_STATUS = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
     409: "ABORTED",
     413: "RESOURCE_EXHAUSTED",
     429: "RESOURCE_EXHAUSTED",
@@ -131,12 +133,15 @@ class Signature:
 class Tensor:
     """A dense tensor: dtype name, shape, values flat in row-major order.
 
-    Values are Python ints, floats and bools, or bytes for DT_STRING.
+    Values are Python ints, floats and bools, or bytes for DT_STRING. A
+    request's numbers are parsed into a compact ``array.array`` (see
+    :func:`new_values`); a model's outputs may be any sequence with a
+    ``tolist()`` that makes the Python objects (:func:`values_list`).
     """
 
     dtype: str
     shape: tuple[int, ...]
-    values: list[Any]
+    values: Sequence[Any]
 
 
 @dataclass(frozen=True)
@@ -321,13 +326,28 @@ def dense_shape(value: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _fill(value: Any, shape: tuple[int, ...], convert: _Converter, out: list[Any]) -> None:
-    """Append the leaves of `value` to `out`, checking it is dense with `shape`."""
+def _fill(
+    value: Any, shape: tuple[int, ...], convert: _Converter, out: MutableSequence[Any]
+) -> None:
+    """Append the leaves of `value` to `out`, checking it is dense with `shape`.
+
+    Depth first, in order, with one iterator per level: what it holds besides
+    the values is as deep as the tensor, not as large.
+    """
     rank = len(shape)
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, list):
+    append = out.append
+    levels = [iter((value,))]  # the items of levels[-1] are at level len(levels) - 1
+    while levels:
+        level = len(levels) - 1
+        for item in levels[-1]:
+            if not isinstance(item, list):
+                if level != rank:
+                    raise bad_request(
+                        f"JSON Value: {quote(item)} found at incorrect level: {level + 1} "
+                        f"in the JSON DOM. Expected at level: {rank}"
+                    )
+                append(convert(item))
+                continue
             if level >= rank:
                 raise bad_request(
                     f"Encountered list at unexpected level: {level} expected < {rank}"
@@ -337,20 +357,57 @@ def _fill(value: Any, shape: tuple[int, ...], convert: _Converter, out: list[Any
                     f"Encountered list at unexpected size: {len(item)} at level: {level} "
                     f"expected size: {shape[level]}"
                 )
-            stack.extend((child, level + 1) for child in reversed(item))
+            if level + 1 < rank:
+                levels.append(iter(item))
+                break
+            for leaf in item:  # the innermost lists: their items are the values
+                if isinstance(leaf, list):
+                    raise bad_request(
+                        f"Encountered list at unexpected level: {rank} expected < {rank}"
+                    )
+                append(convert(leaf))
         else:
-            if level != rank:
-                raise bad_request(
-                    f"JSON Value: {quote(item)} found at incorrect level: {level + 1} "
-                    f"in the JSON DOM. Expected at level: {rank}"
-                )
-            out.append(convert(item))
+            levels.pop()
+
+
+#: array.array type codes for the dtypes a request's numbers are parsed into:
+#: 1 to 8 bytes a value instead of a list's 8-byte pointer and, for a float
+#: made from a JSON integer, a 24-byte float object.
+ARRAY_TYPECODES = {
+    "DT_FLOAT": "f",
+    "DT_DOUBLE": "d",
+    "DT_INT8": "b",
+    "DT_INT16": "h",
+    "DT_INT32": "i",
+    "DT_INT64": "q",
+    "DT_UINT8": "B",
+    "DT_UINT16": "H",
+    "DT_UINT32": "I",
+    "DT_UINT64": "Q",
+    "DT_BOOL": "B",
+}
+
+
+def new_values(dtype: str) -> MutableSequence[Any]:
+    """An empty container for a request's values of `dtype`: a compact array
+    where one holds the dtype exactly, else a list (strings, half, bfloat16)."""
+    code = ARRAY_TYPECODES.get(dtype)
+    return array.array(code) if code is not None else []
+
+
+def values_list(values: Sequence[Any]) -> list[Any]:
+    """Values as a list of Python objects: the sequence's tolist(), else list()."""
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None:
+        converted: list[Any] = tolist()
+        return converted
+    return values if isinstance(values, list) else list(values)
 
 
 def to_tensor(value: Any, spec: TensorSpec) -> Tensor:
     """One JSON value (scalar or nested list) as a dense tensor of spec.dtype."""
     shape = dense_shape(value)
-    values: list[Any] = []
+    values = new_values(spec.dtype)
     _fill(value, shape, converter(spec.dtype), values)
     return Tensor(spec.dtype, shape, values)
 
@@ -364,7 +421,7 @@ def _from_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
             "tensors required as per tensorinfo_map"
         )
     shapes: dict[str, tuple[int, ...]] = {}
-    values: dict[str, list[Any]] = {name: [] for name in names}
+    values = {name: new_values(signature.inputs[name].dtype) for name in names}
 
     def add(item: Any, name: str) -> None:
         spec = signature.inputs[name]
@@ -591,9 +648,9 @@ SUPPORTED_DTYPES = frozenset(_CONVERTERS)
 
 def nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
     """Flat row-major values as nested lists of `shape` (a scalar for shape ())."""
+    items = values_list(values)
     if not shape:
-        return values[0]
-    items: list[Any] = list(values)
+        return items[0]
     for level in range(len(shape) - 1, 0, -1):
         size, groups = shape[level], math.prod(shape[:level])
         items = [items[i * size : (i + 1) * size] for i in range(groups)]
@@ -601,11 +658,15 @@ def nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
 
 
 def _json_leaves(name: str, tensor: Tensor) -> list[Any]:
-    if tensor.dtype != "DT_STRING":
-        return tensor.values
+    return _leaves(name, tensor.dtype, tensor.values)
+
+
+def _leaves(name: str, dtype: str, values: Sequence[Any]) -> list[Any]:
+    if dtype != "DT_STRING":
+        return values_list(values)
     as_bytes = name.endswith("_bytes")
     leaves: list[Any] = []
-    for value in tensor.values:
+    for value in values_list(values):
         raw = value if isinstance(value, bytes) else str(value).encode()
         if not as_bytes:
             try:
@@ -633,6 +694,78 @@ def predict_response(
             name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names
         }
         return {"outputs": columns[names[0]] if len(names) == 1 else columns}
+    batch = _batch_size(names, outputs)
+    nested = {name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names}
+    if len(names) == 1:
+        return {"predictions": nested[names[0]]}
+    return {"predictions": [{name: nested[name][row] for name in names} for row in range(batch)]}
+
+
+#: Values of an answer made Python objects at a time (predict_json).
+JSON_VALUES = 1 << 16
+
+
+def _row_chunks(name: str, tensor: Tensor, step: int) -> Iterator[list[Any]]:
+    """A tensor's rows (its first dimension) as nested lists, `step` rows at a time."""
+    rows, inner = tensor.shape[0], tensor.shape[1:]
+    size = math.prod(inner)
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        values = tensor.values[start * size : stop * size]
+        yield nest(_leaves(name, tensor.dtype, values), (stop - start, *inner))
+
+
+def _step(*tensors: Tensor) -> int:
+    """Rows a chunk holds: JSON_VALUES values' worth of all `tensors` (at least one)."""
+    return max(1, JSON_VALUES // max(1, sum(math.prod(t.shape[1:]) for t in tensors)))
+
+
+def _json_list(pieces: Iterator[Any]) -> bytes:
+    """A JSON array of the items of the lists `pieces` yields, written one piece at a time."""
+    return b"[" + b",".join(encode(piece)[1:-1] for piece in pieces if piece) + b"]"
+
+
+def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -> bytes:
+    """``encode(predict_response(request_format, outputs))``, written in chunks.
+
+    A chunk of rows (JSON_VALUES values) is made Python objects, written as
+    JSON text and dropped before the next: what the answer holds besides the
+    model's outputs is its text and one chunk's objects, not a Python object
+    per value (a float and its pointer, and a list per row, a dict per row in
+    the row format with several outputs). Same checks and errors as
+    :func:`predict_response`.
+    """
+    if not outputs:
+        raise ApiError(500, "Cannot convert empty tensor map to JSON")
+    names = sorted(outputs)
+    if request_format == "columnar":
+
+        def column(name: str) -> bytes:
+            tensor = outputs[name]
+            if not tensor.shape:
+                return encode(nest(_json_leaves(name, tensor), ()))
+            return _json_list(_row_chunks(name, tensor, _step(tensor)))
+
+        if len(names) == 1:
+            return b'{"outputs":' + column(names[0]) + b"}"
+        fields = b",".join(encode(name) + b":" + column(name) for name in names)
+        return b'{"outputs":{' + fields + b"}}"
+    _batch_size(names, outputs)
+    if len(names) == 1:
+        tensor = outputs[names[0]]
+        return b'{"predictions":' + _json_list(_row_chunks(names[0], tensor, _step(tensor))) + b"}"
+    step = _step(*outputs.values())
+    chunks = zip(*(_row_chunks(name, outputs[name], step) for name in names), strict=True)
+    rows = (
+        [{name: chunk[row] for name, chunk in zip(names, parts, strict=True)}
+         for row in range(len(parts[0]))]
+        for parts in chunks
+    )  # fmt: skip
+    return b'{"predictions":' + _json_list(rows) + b"}"
+
+
+def _batch_size(names: Sequence[str], outputs: Mapping[str, Tensor]) -> int:
+    """The row format's batch: every output's first dimension, the same for all."""
     batch = -1
     for name in names:
         shape = outputs[name].shape
@@ -643,10 +776,7 @@ def predict_response(
                 f"Tensor name: {name} has inconsistent batch size: {shape[0]} expecting: {batch}"
             )
         batch = shape[0]
-    nested = {name: nest(_json_leaves(name, outputs[name]), outputs[name].shape) for name in names}
-    if len(names) == 1:
-        return {"predictions": nested[names[0]]}
-    return {"predictions": [{name: nested[name][row] for name in names} for row in range(batch)]}
+    return batch
 
 
 _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]\s*$")

@@ -34,6 +34,8 @@ import uvicorn
 from tf_entrypoint.serving.app import ServingState, create_app
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
 from tf_entrypoint.serving.drain import EXIT_MARGIN
+from tf_entrypoint.serving.http_limits import uvicorn_options
+from tf_entrypoint.serving.limits import limit_malloc_arenas
 from tf_entrypoint.serving.model_config import ConfigError, describe_policy
 
 if TYPE_CHECKING:
@@ -228,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     _configure_logging(config.log_level)
+    limit_malloc_arenas(config.workers)  # before any other thread starts
     log.info("%s", _describe(config))
     for note in config.notes:
         log.warning("%s", note)
@@ -273,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # before uvicorn would cancel them (a 500 and a traceback).
                 timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
                 server_header=False,
+                **uvicorn_options(),  # a request's line and headers are bounded too
             )
             rest = _Server(uv_config, stop)
             _handle_signals(rest.handle_exit)

@@ -17,6 +17,7 @@ from typing import Any
 from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.lifecycle import Manager
+from tf_entrypoint.serving.limits import RequestLimits
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,24 @@ def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> 
 
 def error_answer(err: p.ApiError) -> Answer:
     return answer(err.status, p.error_body(err.message), err.headers)
+
+
+class Body:
+    """A request body that its handler takes once, so that nothing else keeps it.
+
+    The bytes are freed as soon as they are parsed, not when the request
+    ends: a request that waits (for a worker, for its batch) holds its
+    compact tensors, not its body and not its JSON document.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def take(self) -> bytes:
+        data, self._data = self._data, b""
+        return data
 
 
 def status(manager: Manager, route: p.Route) -> Answer:
@@ -54,20 +73,27 @@ def metadata(manager: Manager, route: p.Route) -> Answer:
 def inference(
     manager: Manager,
     route: p.Route,
-    body: bytes,
-    observe_inference: Callable[[float], None] = lambda _: None,
+    body: Body,
+    observe_inference: Callable[[float], None],
+    limits: RequestLimits,
 ) -> Answer:
-    """POST ...:predict, :classify or :regress (by route.kind). Blocking: run it on a worker."""
+    """POST ...:predict, :classify or :regress (by route.kind). Blocking: run it on a worker.
+
+    The JSON body is parsed, and the JSON answer written, while holding one
+    of `limits.converting`'s slots (docs/robustness.md, "Memory per request"),
+    taken before the request's deadline.
+    """
     if route.kind in ("classify", "regress"):
-        return classify_or_regress(manager, route, body, observe_inference)
-    return predict(manager, route, body, observe_inference)
+        return classify_or_regress(manager, route, body, observe_inference, limits)
+    return predict(manager, route, body, observe_inference, limits)
 
 
 def predict(
     manager: Manager,
     route: p.Route,
-    body: bytes,
-    observe_inference: Callable[[float], None] = lambda _: None,
+    body: Body,
+    observe_inference: Callable[[float], None],
+    limits: RequestLimits,
 ) -> Answer:
     """POST /v1/models/NAME[/versions/N|/labels/L]:predict. Blocking: run it on a worker.
 
@@ -81,11 +107,18 @@ def predict(
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            request = p.parse_predict_request(p.parse_json_object(body), servable.signatures)
+            with limits.slot():
+                request = p.parse_predict_request(
+                    p.parse_json_object(body.take()), servable.signatures
+                )
+            name, request_format, inputs = request.signature_name, request.format, request.inputs
+            del request
             started = time.perf_counter()
-            outputs = servable.predict(request.signature_name, request.inputs)
+            outputs = servable.predict(name, inputs)
             observe_inference(time.perf_counter() - started)
-        return answer(200, p.predict_response(request.format, outputs))
+            del inputs
+        with limits.slot():
+            return Answer(200, p.predict_json(request_format, outputs), {})
     except p.ApiError as err:
         return error_answer(err)
 
@@ -93,8 +126,9 @@ def predict(
 def classify_or_regress(
     manager: Manager,
     route: p.Route,
-    body: bytes,
-    observe_inference: Callable[[float], None] = lambda _: None,
+    body: Body,
+    observe_inference: Callable[[float], None],
+    limits: RequestLimits,
 ) -> Answer:
     """POST /v1/models/NAME[/versions/N|/labels/L]:classify or :regress. Blocking.
 
@@ -104,20 +138,21 @@ def classify_or_regress(
     try:
         if route.kind not in ("classify", "regress"):
             raise p.bad_request(f"{route.kind} is not a classify or regress request")
-        request = ex.parse_examples_request(body)
+        with limits.slot():
+            request = ex.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
             started = time.perf_counter()
             if route.kind == "classify":
-                result = ex.classify_response(
-                    servable.classify(request.signature_name, request.examples)
-                )
+                classes = servable.classify(request.signature_name, request.examples)
             else:
-                result = ex.regress_response(
-                    servable.regress(request.signature_name, request.examples)
-                )
+                values = servable.regress(request.signature_name, request.examples)
             observe_inference(time.perf_counter() - started)
-        return answer(200, result)
+        del request
+        with limits.slot():
+            if route.kind == "classify":
+                return Answer(200, ex.classify_json(classes), {})
+            return answer(200, ex.regress_response(values))
     except p.ApiError as err:
         return error_answer(err)

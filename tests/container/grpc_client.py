@@ -22,6 +22,15 @@ what the operation adds}. Operations ({"op": ...}):
   regress (model, signature, examples: [{feature: [floats]}]),
   multi_inference (model), big (floats: a predict of that many zeros),
   watch (service, seconds: Health.Watch's statuses), parallel (ops: at once).
+- predict_proto: model, inputs {name: a TensorProto in protobuf's JSON form}
+  sent exactly as given (a shape larger than its values, say).
+- examples_context (kind classify|regress, model, signature, context_bytes,
+  count): `count` examples {x: [1.0]} with a context holding a bytes feature
+  of context_bytes bytes (and y: [0.5]).
+- hold_then (model, x, ops): a Predict of x whose message is held back; once
+  the server counts it in flight (REST's /metrics on 127.0.0.1:8501), `ops`
+  run; then the message is sent. The result: "admitted" (whether it was
+  counted within 30 s), "results" (of ops), "held" (the held call's result).
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import sys
+import threading
+import time
+import urllib.request
 from typing import Any
 
 import grpc
@@ -36,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format, text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -307,6 +320,82 @@ def op_parallel(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
         return {"code": "OK", "results": [f.result() for f in futures]}
 
 
+def op_predict_proto(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = predict_pb2.PredictRequest()
+    spec(request, op)
+    for name, tensor in op["inputs"].items():
+        request.inputs[name].CopyFrom(json_format.ParseDict(tensor, tensor_pb2.TensorProto()))
+    code, message, response = call(stubs.predictions.Predict, request, op.get("timeout", 60))
+    extra: dict[str, Any] = {"request_bytes": request.ByteSize()}
+    if response is not None:
+        extra["outputs"] = {k: tf.make_ndarray(v).tolist() for k, v in response.outputs.items()}
+    return result(code, message, None, **extra)
+
+
+def op_examples_context(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    classify = op["kind"] == "classify"
+    request: Any = (
+        classification_pb2.ClassificationRequest()
+        if classify
+        else regression_pb2.RegressionRequest()
+    )
+    spec(request, op)
+    listed = request.input.example_list_with_context
+    context = listed.context.features.feature
+    context["y"].float_list.value.append(0.5)
+    context["pad"].bytes_list.value.append(b"\0" * op["context_bytes"])
+    one = listed.examples.add()
+    one.features.feature["x"].float_list.value.append(1.0)
+    for _ in range(op["count"] - 1):
+        listed.examples.add().CopyFrom(one)
+    method = stubs.predictions.Classify if classify else stubs.predictions.Regress
+    code, message, response = call(method, request, op.get("timeout", 60))
+    return result(code, message, response, request_bytes=request.ByteSize())
+
+
+def in_flight() -> float:
+    """serving_predict_in_flight from the server's REST /metrics (same network namespace)."""
+    with urllib.request.urlopen("http://127.0.0.1:8501/metrics", timeout=10) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith("serving_predict_in_flight "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = predict_pb2.PredictRequest()
+    spec(request, op)
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(op["x"], tf.float32))
+    release = threading.Event()
+
+    def messages() -> Any:
+        release.wait(120)
+        yield request
+
+    # The same method on the wire, called so that its one message can wait.
+    predict = stubs.channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    held = predict.future(messages(), timeout=120)
+    deadline = time.monotonic() + 30
+    admitted = False
+    while not admitted and time.monotonic() < deadline:
+        admitted = in_flight() >= 1
+        if not admitted:
+            time.sleep(0.05)
+    results = [OPERATIONS[o["op"]](stubs, o) for o in op["ops"]] if admitted else []
+    release.set()
+    try:
+        response = held.result()
+        outputs = {k: tf.make_ndarray(v).tolist() for k, v in response.outputs.items()}
+        outcome = result("OK", "", response, outputs=outputs)
+    except grpc.RpcError as err:
+        outcome = result(err.code().name, err.details() or "", None)
+    return {"code": "OK", "admitted": admitted, "results": results, "held": outcome}
+
+
 OPERATIONS = {
     "watch": op_watch,
     "parallel": op_parallel,
@@ -322,6 +411,9 @@ OPERATIONS = {
     "regress": op_examples,
     "multi_inference": op_multi_inference,
     "big": op_big,
+    "predict_proto": op_predict_proto,
+    "examples_context": op_examples_context,
+    "hold_then": op_hold_then,
 }
 
 

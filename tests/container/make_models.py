@@ -1,6 +1,7 @@
 """Export tiny SavedModels with known answers, in TF Serving's layout (runs in the image).
 
-    python make_models.py DIR VERSION [VERSION ...] [--warmup N [--bad-warmup]] [--staged]
+    python make_models.py DIR VERSION [VERSION ...] [--warmup N [--bad-warmup|--huge-warmup]]
+                          [--staged]
     python make_models.py DIR VERSION [VERSION ...] --kind classify_regress [--warmup N]
 
 Version V of the model at DIR answers y = x + V (float32 [batch] -> [batch]),
@@ -9,7 +10,9 @@ target and renamed into place, as the README recommends; with --staged it
 stays at DIR/.staged-V for the test to rename. --warmup N adds N warm-up
 records (assets.extra/tf_serving_warmup_requests, TF Serving's PredictionLog
 TFRecord) that each predict x = [i]; with --bad-warmup they name an input
-the signature does not have, so replaying them fails the load.
+the signature does not have, so replaying them fails the load; with
+--huge-warmup their x is a TensorProto of one value whose shape says 2**31
+floats (8 GiB once filled in).
 
 With --kind classify_regress version V is a TF1-style export
 (SavedModelBuilder) whose signatures read tf.Example features "x" (float,
@@ -43,6 +46,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("versions", type=int, nargs="+")
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--bad-warmup", action="store_true")
+    parser.add_argument("--huge-warmup", action="store_true")
     parser.add_argument("--staged", action="store_true")
     parser.add_argument("--kind", choices=["plus", "classify_regress"], default="plus")
     args = parser.parse_args(argv)
@@ -76,6 +80,8 @@ def main(argv: list[str]) -> int:
                     request.model_spec.signature_name = "serving_default"
                     key = "not_an_input" if args.bad_warmup else "x"
                     request.inputs[key].CopyFrom(tf.make_tensor_proto([float(i)], tf.float32))
+                    if args.huge_warmup:
+                        request.inputs[key].tensor_shape.dim[0].size = 2**31
                     log = prediction_log_pb2.PredictionLog()
                     log.predict_log.request.CopyFrom(request)
                     writer.write(log.SerializeToString())

@@ -112,14 +112,22 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
 
 @contextmanager
 def serving(
-    containers: Containers, models: Path, *args: str, gate: Gate | None = None
+    containers: Containers,
+    models: Path,
+    *args: str,
+    gate: Gate | None = None,
+    **options: Any,
 ) -> Iterator[Server]:
-    """A server of `models` under --cpus 1 (`gate`: mounted at /gates), ready."""
+    """A server of `models` under --cpus 1 (`gate`: mounted at /gates), ready.
+
+    `options`: more of docker's run options (e.g. mem_limit).
+    """
     container = containers.start(
         ["serve", "--wait-for-model", "60", *args],
         volumes={str(models): {"bind": "/models", "mode": "ro"}, **(gate.volume if gate else {})},
         nano_cpus=1_000_000_000,
         ports={"8501/tcp": ("127.0.0.1", None)},
+        **options,
     )
     try:
         container.reload()

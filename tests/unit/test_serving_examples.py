@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from tests.unit import example_protos as ep
 from tf_entrypoint.serving import examples as ex
+from tf_entrypoint.serving import limits
 from tf_entrypoint.serving import protocol as p
 
 
@@ -26,6 +27,18 @@ def f32(value: float) -> float:
     """`value` rounded to float32, as TensorFlow stores a float feature."""
     rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
     return rounded
+
+
+#: Room for every example these tests build (the limit has tests of its own).
+LIMIT = 1 << 20
+
+
+def parse_body(body: bytes) -> ex.ExamplesRequest:
+    return ex.parse_examples_request(body, limit=LIMIT)
+
+
+def serialized(message: Any) -> list[bytes]:
+    return ex.serialized_examples(message, limit=LIMIT)
 
 
 def raises(call: Any, *args: Any) -> str:
@@ -137,7 +150,7 @@ def test_request_with_context_merges_it_into_every_example() -> None:
         "context": {"y": 0.5, "lang": "en"},
         "examples": [{"x": 1.0}, {"x": 2.0, "y": 3.0}],
     }
-    request = ex.parse_examples_request(json.dumps(body).encode())
+    request = parse_body(json.dumps(body).encode())
     assert request.signature_name == "classify"
     assert [ep.features(e) for e in request.examples] == [
         {"x": ("float_list", [1.0]), "y": ("float_list", [0.5]), "lang": ("bytes_list", [b"en"])},
@@ -147,7 +160,7 @@ def test_request_with_context_merges_it_into_every_example() -> None:
 
 
 def test_request_without_context_or_signature() -> None:
-    request = ex.parse_examples_request(b'{"examples": [{"x": 1}, {}]}')
+    request = parse_body(b'{"examples": [{"x": 1}, {}]}')
     assert request.signature_name == ""
     assert [ep.features(e) for e in request.examples] == [{"x": ("int64_list", [1])}, {}]
 
@@ -166,7 +179,7 @@ def test_request_without_context_or_signature() -> None:
     ],
 )
 def test_bad_request_bodies(body: bytes, message: str) -> None:
-    assert message in raises(ex.parse_examples_request, body)
+    assert message in raises(parse_body, body)
 
 
 # -- gRPC Input
@@ -176,7 +189,7 @@ def test_input_example_list() -> None:
     message = ep.Input()
     message.example_list.examples.add().CopyFrom(ep.example(x=1.0))
     message.example_list.examples.add().CopyFrom(ep.example(n=[1, 2], s=b"z"))
-    assert [ep.features(e) for e in ex.serialized_examples(message)] == [
+    assert [ep.features(e) for e in serialized(message)] == [
         {"x": ("float_list", [1.0])},
         {"n": ("int64_list", [1, 2]), "s": ("bytes_list", [b"z"])},
     ]
@@ -188,18 +201,85 @@ def test_input_with_context_merges_as_tf_serving() -> None:
     with_context.context.CopyFrom(ep.example(y=0.5, x=9.0))
     with_context.examples.add().CopyFrom(ep.example(x=1.0))
     with_context.examples.add()  # an empty example gets the context alone
-    assert [ep.features(e) for e in ex.serialized_examples(message)] == [
+    assert [ep.features(e) for e in serialized(message)] == [
         {"x": ("float_list", [1.0]), "y": ("float_list", [0.5])},
         {"x": ("float_list", [9.0]), "y": ("float_list", [0.5])},
     ]
 
 
 def test_empty_inputs_give_no_examples_and_the_servable_says_so() -> None:
-    assert ex.serialized_examples(ep.Input()) == []
+    assert serialized(ep.Input()) == []
     message = ep.Input()
     message.example_list_with_context.context.CopyFrom(ep.example(y=1.0))
-    assert ex.serialized_examples(message) == []
+    assert serialized(message) == []
     assert raises(ex.check_examples, []) == "Input is empty."
+
+
+# -- the bound on what a context multiplies
+
+
+def test_a_context_copied_into_many_examples_is_refused_before_any_copy() -> None:
+    """1,000 examples of 3 body bytes each and a 10 kB context: 10 MB once copied."""
+    context = "A" * 10_000
+    body = json.dumps({"context": {"pad": context}, "examples": [{}] * 1000}).encode()
+    assert len(body) < 20_000
+    with pytest.raises(p.ApiError) as caught:
+        ex.parse_examples_request(body, limit=1_000_000)
+    err = caught.value
+    assert (err.status, err.code) == (413, "RESOURCE_EXHAUSTED")
+    context_size = len(ex.encode_example({"pad": context}))
+    assert err.message == (
+        f"1000 examples with their context ({context_size} bytes) copied into each would "
+        f"take {1000 * context_size} bytes, more than the limit of 1000000 bytes "
+        "(8 x --max-body-bytes); send fewer examples per request or a smaller context, or "
+        "raise --max-body-bytes"
+    )
+
+
+def test_the_limit_counts_the_examples_and_the_copies_exactly() -> None:
+    context = ex.encode_example({"y": 0.5})
+    example = ex.encode_example({"x": 1.0})
+    body = json.dumps({"context": {"y": 0.5}, "examples": [{"x": 1.0}] * 3}).encode()
+    exact = 3 * (len(context) + len(example))
+    assert len(ex.parse_examples_request(body, limit=exact).examples) == 3
+    with pytest.raises(p.ApiError, match=f"would take {exact} bytes"):
+        ex.parse_examples_request(body, limit=exact - 1)
+
+
+def test_examples_without_context_have_the_limit_too() -> None:
+    body = json.dumps({"examples": [{"x": [1.0] * 100}] * 10}).encode()
+    with pytest.raises(p.ApiError) as caught:
+        ex.parse_examples_request(body, limit=1000)
+    size = 10 * len(ex.encode_example({"x": [1.0] * 100}))
+    assert caught.value.message.startswith(f"10 examples would take {size} bytes, more than")
+    assert "send fewer examples per request, or raise --max-body-bytes" in caught.value.message
+
+
+def test_a_grpc_context_is_measured_before_it_is_copied() -> None:
+    message = ep.Input()
+    with_context = message.example_list_with_context
+    with_context.context.CopyFrom(ep.example(pad=b"z" * 5000))
+    for _ in range(100):
+        with_context.examples.add()
+    context_size = with_context.context.ByteSize()
+    with pytest.raises(p.ApiError) as caught:
+        ex.serialized_examples(message, limit=100 * context_size - 1)
+    assert caught.value.code == "RESOURCE_EXHAUSTED"
+    assert f"100 examples with their context ({context_size} bytes)" in caught.value.message
+    assert len(ex.serialized_examples(message, limit=100 * context_size)) == 100
+
+
+def test_a_grpc_example_list_has_the_limit_too() -> None:
+    message = ep.Input()
+    message.example_list.examples.add().CopyFrom(ep.example(pad=b"z" * 500))
+    size = message.example_list.examples[0].ByteSize()
+    assert serialized(message) == [message.example_list.examples[0].SerializeToString()]
+    with pytest.raises(p.ApiError, match=f"1 example would take {size} bytes"):
+        ex.serialized_examples(message, limit=size - 1)
+
+
+def test_the_expansion_limit_is_eight_times_the_body_limit() -> None:
+    assert limits.expansion_limit(8 * 1024 * 1024) == 64 * 1024 * 1024
 
 
 # -- signatures
@@ -363,11 +443,21 @@ def test_regression_output_checks(output: p.Tensor, message: str) -> None:
 
 
 def test_json_results_as_tf_serving_writes_them() -> None:
-    answer = ex.classify_response([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", 0.0)]])
-    assert answer == {"results": [[["a", 0.5], ["\ufffd", 1.0]], [["", 0.0]]]}
+    answer = ex.classify_json([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", math.nan)]])
+    assert answer == b'{"results":[[["a",0.5],["\\ufffd",1.0]],[["",NaN]]]}'
     assert p.encode(ex.regress_response([1.0, math.nan])) == b'{"results":[1.0,NaN]}'
-    assert raises(ex.classify_response, []) == "Cannot convert empty ClassificationResults to JSON"
+    assert raises(ex.classify_json, []) == "Cannot convert empty ClassificationResults to JSON"
     assert raises(ex.regress_response, []) == "Cannot convert empty RegressionResults to JSON"
+
+
+def test_a_classification_is_written_a_chunk_at_a_time_and_consumed() -> None:
+    rows = 2 * ex.JSON_ROWS + 3
+    result: ex.Classifications = [[(b"sum", float(i)), (b"diff", -float(i))] for i in range(rows)]
+    expected = p.encode(
+        {"results": [[["sum", float(i)], ["diff", -float(i)]] for i in range(rows)]}
+    )
+    assert ex.classify_json(result) == expected
+    assert result == []
 
 
 # -- TensorFlow's messages

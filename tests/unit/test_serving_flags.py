@@ -283,7 +283,7 @@ def test_the_readme_table_is_the_codes_table() -> None:
 def test_warm_up_and_the_method_name_check_reach_the_loader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[Path, int, bool, bool]] = []
+    calls: list[tuple[Path, int, bool, bool, object]] = []
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
     def load(
@@ -294,8 +294,9 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         method_name_check: bool = False,
         batching: object = None,
         batch_hooks: object = None,
+        max_body_bytes: object = None,
     ) -> object:
-        calls.append((directory, version, warmup, method_name_check))
+        calls.append((directory, version, warmup, method_name_check, max_body_bytes))
         return object()
 
     fake.load = load  # type: ignore[attr-defined]
@@ -303,17 +304,19 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
     import tf_entrypoint.serving as package  # noqa: PLC0415
 
     monkeypatch.setattr(package, "model", fake, raising=False)
-    for argv, warmup, check in (
-        ([], True, False),
-        (["--enable_model_warmup=false"], False, False),
-        (["--enable_signature_method_name_check"], True, True),
+    for argv, warmup, check, body_bytes in (
+        ([], True, False, 8 * 1024 * 1024),
+        (["--enable_model_warmup=false"], False, False, 8 * 1024 * 1024),
+        (["--enable_signature_method_name_check"], True, True, 8 * 1024 * 1024),
+        # it bounds what a warm-up record and a gRPC request may decode to
+        (["--max-body-bytes=1234"], True, False, 1234),
     ):
         conf = parse(f"--model_base_path={tmp_path}", *argv)
         application = serving_app.create_app(conf)
         loader = application.state.serving.manager._loader
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
-        assert calls[-1] == (tmp_path, 1, warmup, check)
+        assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes)
 
 
 def test_with_batching_every_admitted_request_gets_a_thread() -> None:

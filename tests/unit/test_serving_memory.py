@@ -1,0 +1,371 @@
+"""Memory per request (docs/robustness.md): the arithmetic, the admission and the slots.
+
+The faults themselves (a container killed for memory) are in
+tests/container/test_memory.py; these tests check the rules one by one, on a
+pure-Python model (tests/unit/test_serving_app.py's HalfPlusTwo).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
+from tf_entrypoint.serving import http_limits, limits
+from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.app import InferencePool, ServingState, create_app
+from tf_entrypoint.serving.batching import run_with_deadline
+from tf_entrypoint.serving.metrics import Metrics
+from tf_entrypoint.serving.service import Answer, Body
+
+# -- the arithmetic
+
+
+def test_element_count_follows_tensorshape_isvalid() -> None:
+    assert limits.element_count("x", []) == 1
+    assert limits.element_count("x", [2, 3]) == 6
+    assert limits.element_count("x", [0, 2**62, 4]) == 0
+    assert limits.element_count("x", [1] * 254) == 1
+    for dims in ([-1], [3, -2], [1] * 255, [2**62, 4, 0], [2**32, 2**31]):
+        with pytest.raises(p.ApiError) as caught:
+            limits.element_count("x", dims)
+        assert (caught.value.status, caught.value.message) == (400, "tensor parsing error: x")
+
+
+def test_strings_count_their_bytes_and_sixteen_each() -> None:
+    # one 5-byte string filling 10 elements
+    assert limits.string_bytes(10, sent=1, sent_bytes=5, last_bytes=5) == 10 * 16 + 5 + 9 * 5
+    # none: empty strings
+    assert limits.string_bytes(10, sent=0, sent_bytes=0, last_bytes=0) == 160
+    # more sent than the shape holds: only those used count (the caller sums them)
+    assert limits.string_bytes(2, sent=5, sent_bytes=7, last_bytes=3) == 32 + 7
+
+
+def test_a_spelled_out_string_never_meets_the_limit() -> None:
+    """Each string takes at least its length + 2 bytes on the wire (tag and length),
+    so one the message spells out counts at most EXPANSION times its wire size."""
+    for length in (0, 1, 10, 1000):
+        counted = limits.string_bytes(1, sent=1, sent_bytes=length, last_bytes=length)
+        assert counted <= limits.EXPANSION * (length + 2)
+
+
+def test_too_large_is_413_resource_exhausted_naming_the_flag() -> None:
+    err = limits.too_large("The thing", 100, 64, "send less")
+    assert (err.status, err.code) == (413, "RESOURCE_EXHAUSTED")
+    assert err.message == (
+        "The thing would take 100 bytes, more than the limit of 64 bytes "
+        "(8 x --max-body-bytes); send less, or raise --max-body-bytes"
+    )
+
+
+def test_check_examples_allows_exactly_the_limit() -> None:
+    limits.check_examples(10, [5, 5], 30)
+    with pytest.raises(p.ApiError, match=r"2 examples with their context \(10 bytes\) copied"):
+        limits.check_examples(10, [5, 6], 30)
+    with pytest.raises(p.ApiError, match=r"^1 example would take 31 bytes"):
+        limits.check_examples(0, [31], 30)
+
+
+def test_request_limits() -> None:
+    request_limits = limits.RequestLimits.of(1000, workers=3)
+    assert request_limits.expansion == 8000
+    slots = [request_limits.converting.acquire(blocking=False) for _ in range(4)]
+    assert slots == [True, True, True, False]
+
+
+def test_malloc_arenas_are_two_per_worker_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, int]] = []
+
+    class Libc:
+        @staticmethod
+        def mallopt(param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert limits.limit_malloc_arenas(3) == 6
+    assert limits.limit_malloc_arenas(1) == 2
+    assert calls == [(-8, 6), (-8, 2)]  # M_ARENA_MAX
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limits.limit_malloc_arenas(3) is None
+    assert len(calls) == 2
+
+
+def test_without_httptools_h11_bounds_the_head_to_the_same_size() -> None:
+    options = http_limits.uvicorn_options()
+    if options["http"] == "h11":  # this venv: no httptools (the image has it: container test)
+        assert options["h11_max_incomplete_event_size"] == http_limits.MAX_HEAD
+    else:
+        assert options["http"].__name__ == "BoundedHead"
+
+
+# -- compact values
+
+
+@pytest.mark.parametrize(
+    ("dtype", "code", "value"),
+    [
+        ("DT_FLOAT", "f", 1.5), ("DT_DOUBLE", "d", 1.5), ("DT_INT8", "b", -3),
+        ("DT_INT16", "h", 300), ("DT_INT32", "i", 70000), ("DT_INT64", "q", 2**40),
+        ("DT_UINT8", "B", 200), ("DT_UINT16", "H", 60000), ("DT_UINT32", "I", 2**31),
+        ("DT_UINT64", "Q", 2**63), ("DT_BOOL", "B", True),
+    ],
+)  # fmt: skip
+def test_request_numbers_are_parsed_into_compact_arrays(dtype: str, code: str, value: Any) -> None:
+    tensor = p.to_tensor([[value, value]], p.TensorSpec(dtype, (-1, 2)))
+    assert isinstance(tensor.values, array.array)
+    assert tensor.values.typecode == code
+    assert tensor.values.tolist() == [value, value]
+
+
+def test_strings_and_half_floats_stay_lists() -> None:
+    for dtype in ("DT_STRING", "DT_HALF", "DT_BFLOAT16"):
+        assert isinstance(p.new_values(dtype), list)
+
+
+def test_values_list_takes_tolist_when_there_is_one() -> None:
+    class Lazy(list[int]):
+        def tolist(self) -> list[int]:
+            return [x * 10 for x in self]
+
+    assert p.values_list(Lazy([1, 2])) == [10, 20]
+    plain = [1, 2]
+    assert p.values_list(plain) is plain
+    assert p.values_list((1, 2)) == [1, 2]
+
+
+# -- the JSON factor: what json.loads and the parse build per body byte
+
+
+#: The most bytes of Python objects parsing a predict body makes per body byte
+#: (documented in docs/robustness.md); measured worst: lists nested in
+#: one-element lists (two body bytes each), about 44.
+JSON_FACTOR = 50
+
+
+def _body(unit: bytes, size: int = 1 << 20) -> bytes:
+    items = b",".join([unit] * (size // (len(unit) + 1)))
+    return b'{"inputs": [' + items + b"]}"
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        b"[]",  # empty lists
+        b"{}",  # empty objects
+        b"[0]",  # one-number rows
+        b"[1.5]",
+        b"0",  # flat numbers (ints made floats: new float objects without compact arrays)
+        b"1.5",
+        b'"ab"',
+        b"[[[[[[[[0]]]]]]]]",  # one-element lists in one-element lists
+        b"[" * 30 + b"0" + b"]" * 30,
+    ],
+)
+def test_parsing_a_body_stays_within_the_documented_factor(unit: bytes) -> None:
+    body = _body(unit)
+    signature = {"serving_default": p.Signature({"x": p.TensorSpec("DT_FLOAT", None)}, {})}
+    gc.collect()
+    tracemalloc.start()
+    try:
+        # a shape or type the signature refuses: the document was built all the same
+        with contextlib.suppress(p.ApiError):
+            p.parse_predict_request(p.parse_json_object(body), signature)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak / len(body) < JSON_FACTOR
+
+
+def test_flat_numbers_for_a_float_input_take_four_bytes_each_once_parsed() -> None:
+    body = _body(b"0")
+    signature = {"serving_default": p.Signature({"x": p.TensorSpec("DT_FLOAT", (-1,))}, {})}
+    request = p.parse_predict_request(p.parse_json_object(body), signature)
+    (tensor,) = request.inputs.values()
+    assert isinstance(tensor.values, array.array)
+    assert tensor.values.itemsize * len(tensor.values) < len(body) * 2 + 1
+
+
+# -- admission and the body
+
+
+def test_a_body_is_taken_once() -> None:
+    body = Body(b"abc")
+    assert body.take() == b"abc"
+    assert body.take() == b""
+
+
+def test_admission_is_held_until_run_gives_it_back() -> None:
+    pool = InferencePool(workers=1, max_queue=2, metrics=Metrics())
+    first, second = pool.admit(), pool.admit()
+    with pytest.raises(p.ApiError) as caught:
+        pool.admit()
+    assert (caught.value.status, caught.value.code) == (503, "RESOURCE_EXHAUSTED")
+    first.release()
+    first.release()  # once only
+    assert pool.admitted == 1
+    answer = asyncio.run(pool.run(lambda: Answer(200, b"", {}), 5, second))
+    assert answer.status == 200
+    second.close()  # run took it over: closing does not give it back twice
+    assert pool.admitted == 0
+    pool.shutdown()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Starlette]:
+    export(tmp_path)
+    application = create_app(
+        config(tmp_path, "--max-queue=2", "--request-timeout=0.5"),
+        loader=lambda directory, version: HalfPlusTwo(),
+    )
+    with TestClient(application) as client:
+        wait_ready(client)
+        yield application
+
+
+def call(app: Starlette, body_parts: list[bytes], block: asyncio.Event | None = None) -> Any:
+    """POST a predict straight to the ASGI app; what receive() was asked, and the answer."""
+    received: list[int] = []
+    sent: list[dict[str, Any]] = []
+    size = sum(map(len, body_parts))
+
+    async def receive() -> dict[str, Any]:
+        received.append(app.state.serving.pool.admitted)
+        if block is not None:
+            await block.wait()
+        part = body_parts.pop(0) if body_parts else b""
+        return {"type": "http.request", "body": part, "more_body": bool(body_parts)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/models/model:predict",
+        "raw_path": b"/v1/models/model:predict", "query_string": b"", "root_path": "",
+        "headers": [(b"content-length", str(size).encode())], "http_version": "1.1",
+        "scheme": "http", "server": ("test", 80), "client": ("test", 1),
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    headers = dict(sent[0]["headers"])
+    return received, sent[0]["status"], headers, json.loads(sent[1]["body"])
+
+
+def test_a_refused_request_s_body_is_never_read(app: Starlette) -> None:
+    state: ServingState = app.state.serving
+    places = [state.pool.admit(), state.pool.admit()]
+    try:
+        received, status, _, answer = call(app, [b'{"instances": [1.0]}'])
+    finally:
+        for place in places:
+            place.release()
+    assert (status, received) == (503, [])
+    assert answer == {
+        "error": "Server is at capacity (2 predict requests in progress); retry later"
+    }
+
+
+def test_a_body_is_read_once_admitted(app: Starlette) -> None:
+    received, status, _, answer = call(app, [b'{"instances"', b": [1.0]}"])
+    assert (status, answer) == (200, {"predictions": [2.5]})
+    assert received == [1, 1]  # each part read while its request held a place
+    assert app.state.serving.pool.admitted == 0
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408(app: Starlette) -> None:
+    received, status, headers, answer = call(app, [b"{}"], block=asyncio.Event())
+    assert (status, received) == (408, [1])
+    assert headers[b"connection"] == b"close"
+    assert answer == {"error": "Request body not received within 0.5 s (--request-timeout)"}
+    assert app.state.serving.pool.admitted == 0
+
+
+# -- the JSON conversion slots
+
+
+def test_a_request_waits_for_a_slot_only_until_its_deadline() -> None:
+    request_limits = limits.RequestLimits.of(1000, workers=1)
+    request_limits.converting.acquire()  # every slot taken
+
+    def parse() -> None:
+        with request_limits.slot():
+            raise AssertionError("never reached")
+
+    with pytest.raises(p.ApiError) as caught:
+        run_with_deadline(time.monotonic() + 0.2, parse, "Request timed out after 0.2 s")
+    assert (caught.value.status, caught.value.message) == (504, "Request timed out after 0.2 s")
+    request_limits.converting.release()
+    with request_limits.slot():  # free again, and given back after
+        pass
+    assert request_limits.converting.acquire(blocking=False)
+
+
+class CountingSlots(threading.BoundedSemaphore):
+    """limits.converting that counts who has come for a slot."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(slots)
+        self.arrived = 0
+        self.lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        with self.lock:
+            self.arrived += 1
+        return super().acquire(blocking, timeout)
+
+
+def test_with_batching_at_most_workers_requests_parse_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every admitted request has a thread (8 here), but one slot (--workers 1)."""
+    export(tmp_path)
+    conf = config(tmp_path, "--workers=1", "--max-queue=8", "--enable_batching")
+    application = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    slots = CountingSlots(1)
+    state: ServingState = application.state.serving
+    state.limits = limits.RequestLimits(conf.max_body_bytes, slots)
+    parsing, most, lock, go = [0], [0], threading.Lock(), threading.Event()
+    parse = p.parse_json_object
+
+    def counted(body: bytes) -> dict[str, Any]:
+        with lock:
+            parsing[0] += 1
+            most[0] = max(most[0], parsing[0])
+        go.wait(30)
+        try:
+            return parse(body)
+        finally:
+            with lock:
+                parsing[0] -= 1
+
+    monkeypatch.setattr(p, "parse_json_object", counted)
+    with TestClient(application) as client, ThreadPoolExecutor(4) as pool:
+        wait_ready(client)
+        futures = [
+            pool.submit(client.post, "/v1/models/model:predict", json={"instances": [1.0]})
+            for _ in range(4)
+        ]
+        deadline = time.monotonic() + 30
+        while slots.arrived < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until every request has come for the slot
+        assert (slots.arrived, parsing[0]) == (4, 1)  # three wait, holding no JSON
+        go.set()
+        assert [f.result(30).status_code for f in futures] == [200] * 4
+    assert most[0] == 1
