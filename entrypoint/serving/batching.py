@@ -249,10 +249,10 @@ def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
 class _Task(Generic[P]):
     __slots__ = ("done", "enqueued", "error", "payload", "result", "rows", "started")
 
-    def __init__(self, payload: P, rows: int) -> None:
+    def __init__(self, payload: P, rows: int, enqueued: float) -> None:
         self.payload = payload
         self.rows = rows
-        self.enqueued = time.monotonic()
+        self.enqueued = enqueued
         self.started = False
         self.done = threading.Event()
         self.result: Any = None
@@ -262,11 +262,11 @@ class _Task(Generic[P]):
 class _Batch(Generic[P]):
     __slots__ = ("created", "key", "rows", "tasks")
 
-    def __init__(self, key: Hashable) -> None:
+    def __init__(self, key: Hashable, created: float) -> None:
         self.key = key
         self.tasks: list[_Task[P]] = []
         self.rows = 0
-        self.created = time.monotonic()
+        self.created = created
 
 
 @dataclass(frozen=True)
@@ -284,6 +284,10 @@ class Batcher(Generic[P, R]):
     payload (padding: `padded_rows` extra rows, which the caller adds and
     drops); if it raises, each payload is run again alone with
     `run_one(payload)`, so that only the request that fails gets an error.
+
+    `clock` is the monotonic clock that `batch_timeout_micros` and deadlines
+    are measured on (time.monotonic; a test gives its own, so that no
+    outcome depends on how fast the machine is).
     """
 
     def __init__(
@@ -292,9 +296,12 @@ class Batcher(Generic[P, R]):
         run_batch: Callable[[Sequence[P], int], Sequence[R]],
         run_one: Callable[[P], R],
         hooks: BatchHooks | None = None,
+        *,
         name: str = "batch",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parameters = parameters
+        self._clock = clock
         self._run_batch = run_batch
         self._run_one = run_one
         self._hooks = hooks or BatchHooks()
@@ -321,7 +328,7 @@ class Batcher(Generic[P, R]):
         """
         if deadline is None:
             deadline = current_deadline()
-        task = _Task(payload, rows)
+        task = _Task(payload, rows, self._clock())
         limit = self.parameters.max_batch_size
         with self._lock:
             if self._stopping:
@@ -357,14 +364,14 @@ class Batcher(Generic[P, R]):
                     raise p.ApiError(
                         503, QUEUE_FULL, {"Retry-After": "1"}, code="RESOURCE_EXHAUSTED"
                     )
-                batch = _Batch(key)
+                batch = _Batch(key, self._clock())
                 self._open[key] = batch
             batch.tasks.append(task)
             batch.rows += rows
             if batch.rows >= limit:
                 self._close(batch)
             self._lock.notify()
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        remaining = None if deadline is None else max(0.0, deadline - self._clock())
         if not task.done.wait(remaining):
             with self._lock:
                 if not task.started:
@@ -372,6 +379,12 @@ class Batcher(Generic[P, R]):
                     raise expired_error()
             task.done.wait()  # running: TensorFlow cannot be interrupted
         return self._outcome(task)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting in the queue now (not yet taken by a batch thread)."""
+        with self._lock:
+            return sum(len(batch.tasks) for batch in (*self._open.values(), *self._ready))
 
     @staticmethod
     def _outcome(task: _Task[P]) -> R:
@@ -409,7 +422,7 @@ class Batcher(Generic[P, R]):
                     batch = self._ready.popleft()
                 elif self._open:
                     oldest = min(self._open.values(), key=lambda b: b.created)
-                    wait = oldest.created + timeout - time.monotonic()
+                    wait = oldest.created + timeout - self._clock()
                     if wait > 0 and not self._stopping:
                         self._lock.wait(wait)
                         continue
@@ -435,7 +448,7 @@ class Batcher(Generic[P, R]):
                     self._lock.notify_all()
 
     def _execute(self, tasks: list[_Task[P]], rows: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for task in tasks:
             self._hooks.queued(now - task.enqueued)
         padded = self.parameters.padded_size(rows) - rows
