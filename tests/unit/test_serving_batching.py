@@ -16,6 +16,7 @@ import pytest
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.batching import (
     QUEUE_FULL,
+    QUEUED_TOO_LONG,
     Batcher,
     BatchHooks,
     BatchingParameters,
@@ -246,6 +247,82 @@ def test_a_request_whose_deadline_passes_while_queued_is_withdrawn() -> None:
     b.close()
     b.join(30)  # the batch thread has run all it ever will
     assert model.calls == [1]  # the withdrawn request never ran
+
+
+TIMED_OUT = "Request timed out after 60 s (--request-timeout)"  # the caller's 504 text
+
+
+def test_a_request_whose_deadline_has_passed_is_never_started_by_a_batch_thread() -> None:
+    """The race: a request's deadline passes, but its own thread has not withdrawn
+    it yet when a batch thread takes its batch. Here its thread cannot: it waits
+    60 s of real time for its answer, while the batcher's clock, which the test
+    moves, says its deadline has passed. The batch thread answers it 504 with its
+    caller's text, never runs it, and runs the rest with the padding recomputed."""
+    model = Model()
+    clock = Clock()
+    seen: list[tuple[int, int, int]] = []
+    hooks = BatchHooks(batch_run=lambda rows, padded, tasks: seen.append((rows, padded, tasks)))
+    parameters = BatchingParameters(
+        num_batch_threads=1, max_batch_size=8, allowed_batch_sizes=(2, 4, 8)
+    )
+    b = Batcher(parameters, model.batch, model.one, hooks, clock=clock)
+    key = ("x", 2)
+
+    def late() -> Rows:
+        return b.submit(key, 2, [[2.0, 2.0], [3.0, 3.0]])
+
+    with ThreadPoolExecutor(3) as pool, model.shut():
+        first = pool.submit(submit, b, [[1.0, 1.0]])  # holds the batch threads' share
+        wait_for(lambda: model.running == 1, "the first request to run")
+        expired = pool.submit(run_with_deadline, clock.now + 60, late, TIMED_OUT)
+        on_time = pool.submit(b.submit, key, 1, [[4.0, 4.0]], clock.now + 120)
+        wait_for(lambda: b.queued == 2, "both requests to queue")
+        clock.now += 90  # past the first one's deadline, before the second one's
+        model.gate.set()
+        assert first.result(30) == [[2.0, 2.0]]
+        assert on_time.result(30) == [[8.0, 8.0]]
+        with pytest.raises(p.ApiError) as caught:
+            expired.result(30)
+    assert (caught.value.status, caught.value.message) == (504, TIMED_OUT)
+    assert model.calls == [2, 2]  # the expired request's rows never reached the model
+    assert seen == [(2, 1, 1), (2, 1, 1)]  # 1 row padded to 2, not 3 rows padded to 4
+
+
+def test_a_failed_batch_never_runs_alone_a_request_whose_deadline_has_passed() -> None:
+    """A batch fails, and its requests are run again one by one: one whose
+    deadline passed meanwhile is answered 504 instead of run."""
+    model = Model()
+    clock = Clock()
+    b = batcher(model, max_batch_size=100, batch_timeout_micros=1_000_000, clock=clock)
+    key = ("x", 2)
+
+    def late() -> Rows:
+        return b.submit(key, 1, [[2.0, 2.0]])
+
+    with ThreadPoolExecutor(2) as pool, model.shut():
+        bad = pool.submit(b.submit, key, 1, [[-1.0, 1.0]], clock.now + 120)
+        expired = pool.submit(run_with_deadline, clock.now + 60, late, TIMED_OUT)
+        wait_for(lambda: b.queued == 2, "both requests to queue")
+        clock.now += 1  # the batch timeout: the batch runs, held at the gate
+        wait_for(lambda: model.running == 1, "the batch to run")
+        clock.now += 89  # past the second one's deadline, while its batch runs
+        model.gate.set()
+        with pytest.raises(ValueError, match="negative input"):
+            bad.result(30)
+        with pytest.raises(p.ApiError) as caught:
+            expired.result(30)
+    assert (caught.value.status, caught.value.message) == (504, TIMED_OUT)
+    assert model.calls == [2, 1]  # the batch, then the failing request alone; not the other
+
+
+def test_a_request_whose_deadline_has_passed_never_runs_inline() -> None:
+    model = Model()
+    clock = Clock()
+    b = batcher(model, max_batch_size=100, clock=clock)  # idle: a request would run inline
+    with pytest.raises(p.ApiError) as caught:
+        b.submit(("x", 2), 1, [[1.0, 1.0]], clock.now - 1)
+    assert (caught.value.status, caught.value.message) == (504, QUEUED_TOO_LONG)
+    assert model.calls == []
 
 
 def test_batch_timeout_gathers_requests_that_arrive_within_it() -> None:
