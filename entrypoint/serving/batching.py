@@ -225,7 +225,12 @@ def current_deadline() -> float | None:
 
 def expired_error() -> p.ApiError:
     """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
-    return p.ApiError(504, getattr(_local, "expired", "") or QUEUED_TOO_LONG)
+    return p.ApiError(504, _expired_text())
+
+
+def _expired_text() -> str:
+    expired: str = getattr(_local, "expired", "") or QUEUED_TOO_LONG
+    return expired
 
 
 def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
@@ -247,26 +252,44 @@ def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
 
 
 class _Task(Generic[P]):
-    __slots__ = ("done", "enqueued", "error", "payload", "result", "rows", "started")
+    __slots__ = (
+        "deadline", "done", "enqueued", "error", "expired", "payload", "result", "rows", "started"
+    )  # fmt: skip
 
-    def __init__(self, payload: P, rows: int) -> None:
+    def __init__(
+        self, payload: P, rows: int, enqueued: float, deadline: float | None, expired: str
+    ) -> None:
         self.payload = payload
         self.rows = rows
-        self.enqueued = time.monotonic()
+        self.enqueued = enqueued
+        #: When it must have started, on the batcher's clock, and the 504's text after that.
+        self.deadline = deadline
+        self.expired = expired
         self.started = False
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
 
+    def late(self, now: float) -> bool:
+        return self.deadline is not None and now >= self.deadline
+
+    def expired_error(self) -> p.ApiError:
+        return p.ApiError(504, self.expired)
+
+    def expire(self) -> None:
+        """Answer its 504 without running it: its deadline passed before it could start."""
+        self.error = self.expired_error()
+        self.done.set()
+
 
 class _Batch(Generic[P]):
     __slots__ = ("created", "key", "rows", "tasks")
 
-    def __init__(self, key: Hashable) -> None:
+    def __init__(self, key: Hashable, created: float) -> None:
         self.key = key
         self.tasks: list[_Task[P]] = []
         self.rows = 0
-        self.created = time.monotonic()
+        self.created = created
 
 
 @dataclass(frozen=True)
@@ -284,6 +307,10 @@ class Batcher(Generic[P, R]):
     payload (padding: `padded_rows` extra rows, which the caller adds and
     drops); if it raises, each payload is run again alone with
     `run_one(payload)`, so that only the request that fails gets an error.
+
+    `clock` is the monotonic clock that `batch_timeout_micros` and deadlines
+    are measured on (time.monotonic; a test gives its own, so that no
+    outcome depends on how fast the machine is).
     """
 
     def __init__(
@@ -292,9 +319,12 @@ class Batcher(Generic[P, R]):
         run_batch: Callable[[Sequence[P], int], Sequence[R]],
         run_one: Callable[[P], R],
         hooks: BatchHooks | None = None,
+        *,
         name: str = "batch",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parameters = parameters
+        self._clock = clock
         self._run_batch = run_batch
         self._run_one = run_one
         self._hooks = hooks or BatchHooks()
@@ -316,16 +346,19 @@ class Batcher(Generic[P, R]):
 
         Blocks until its batch has run. Raises ApiError 503 when the queue is
         full or the batcher is closed, 504 when `deadline` (default: the
-        calling request's) passes while it is still queued (it is withdrawn),
-        and whatever its run raised.
+        calling request's) passes before it starts (it never runs, whether
+        its own thread withdraws it or a batch thread finds it late; the
+        text is its caller's, see :func:`run_with_deadline`), and whatever
+        its run raised.
         """
         if deadline is None:
             deadline = current_deadline()
-        task = _Task(payload, rows)
-        limit = self.parameters.max_batch_size
+        task = _Task(payload, rows, self._clock(), deadline, _expired_text())
         with self._lock:
             if self._stopping:
                 raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            if task.late(self._clock()):  # never queued nor run inline once too late
+                raise task.expired_error()
             # Nothing queued, a batch thread's share free, no timeout to wait
             # for: run here and now, saving two thread switches.
             inline = (
@@ -345,11 +378,24 @@ class Batcher(Generic[P, R]):
                     self._busy -= 1
                     self._lock.notify()
             return self._outcome(task)
+        self._enqueue(key, task)
+        remaining = None if deadline is None else max(0.0, deadline - self._clock())
+        if not task.done.wait(remaining):
+            with self._lock:
+                if not task.started:
+                    self._withdraw(task)  # a batch thread may have found it late already
+                    raise task.expired_error()
+            task.done.wait()  # running: TensorFlow cannot be interrupted
+        return self._outcome(task)
+
+    def _enqueue(self, key: Hashable, task: _Task[P]) -> None:
+        """Add `task` to the open batch of `key` (a new one if needed); 503 when full."""
+        limit = self.parameters.max_batch_size
         with self._lock:
             if self._stopping:
                 raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
             batch = self._open.get(key)
-            if batch is not None and batch.rows + rows > limit:
+            if batch is not None and batch.rows + task.rows > limit:
                 self._close(batch)
                 batch = None
             if batch is None:
@@ -357,21 +403,19 @@ class Batcher(Generic[P, R]):
                     raise p.ApiError(
                         503, QUEUE_FULL, {"Retry-After": "1"}, code="RESOURCE_EXHAUSTED"
                     )
-                batch = _Batch(key)
+                batch = _Batch(key, self._clock())
                 self._open[key] = batch
             batch.tasks.append(task)
-            batch.rows += rows
+            batch.rows += task.rows
             if batch.rows >= limit:
                 self._close(batch)
             self._lock.notify()
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not task.done.wait(remaining):
-            with self._lock:
-                if not task.started:
-                    self._withdraw(task)
-                    raise expired_error()
-            task.done.wait()  # running: TensorFlow cannot be interrupted
-        return self._outcome(task)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting in the queue now (not yet taken by a batch thread)."""
+        with self._lock:
+            return sum(len(batch.tasks) for batch in (*self._open.values(), *self._ready))
 
     @staticmethod
     def _outcome(task: _Task[P]) -> R:
@@ -409,7 +453,7 @@ class Batcher(Generic[P, R]):
                     batch = self._ready.popleft()
                 elif self._open:
                     oldest = min(self._open.values(), key=lambda b: b.created)
-                    wait = oldest.created + timeout - time.monotonic()
+                    wait = oldest.created + timeout - self._clock()
                     if wait > 0 and not self._stopping:
                         self._lock.wait(wait)
                         continue
@@ -420,10 +464,27 @@ class Batcher(Generic[P, R]):
                 else:
                     self._lock.wait()
                     continue
+                self._drop_late(batch)
+                if not batch.tasks:
+                    continue
                 for task in batch.tasks:
                     task.started = True
                 self._busy += 1
                 return batch
+
+    def _drop_late(self, batch: _Batch[P]) -> None:
+        """Answer 504 the tasks of `batch` whose deadline has passed, and take out their rows.
+
+        A task's own thread withdraws it when its deadline passes, but only
+        once it has woken and taken the lock; a batch thread that takes the
+        batch first must not start it (its client has its 504 already).
+        """
+        now = self._clock()
+        late = [task for task in batch.tasks if task.late(now)]
+        for task in late:
+            task.expire()
+            batch.tasks.remove(task)
+            batch.rows -= task.rows
 
     def _loop(self) -> None:
         while (batch := self._take()) is not None:
@@ -435,7 +496,7 @@ class Batcher(Generic[P, R]):
                     self._lock.notify_all()
 
     def _execute(self, tasks: list[_Task[P]], rows: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         for task in tasks:
             self._hooks.queued(now - task.enqueued)
         padded = self.parameters.padded_size(rows) - rows
@@ -447,7 +508,10 @@ class Batcher(Generic[P, R]):
             results = self._run_batch([task.payload for task in tasks], padded)
         except BaseException:  # noqa: BLE001 - run each alone: only the culprit fails
             for task in tasks:
-                self._run_alone(task)
+                if task.late(self._clock()):  # its deadline passed while the batch ran
+                    task.expire()
+                else:
+                    self._run_alone(task)
             return
         for task, result in zip(tasks, results, strict=True):
             task.result = result

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import itertools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -373,52 +372,81 @@ def test_pool_admits_at_most_max_queue() -> None:
     release = threading.Event()
 
     def job() -> Answer:
-        release.wait(5)
+        release.wait(30)  # held until the test has seen the refusals
         return Answer(200, b"{}", {})
 
-    def releaser() -> Answer:
+    async def status(call: Awaitable[Answer]) -> int:
+        try:
+            return (await call).status
+        except p.ApiError as err:
+            return err.status
+
+    async def main(pool: InferencePool) -> list[int]:
+        # Admission is decided as each call starts, in order: three in, two refused.
+        calls = [asyncio.create_task(status(pool.run(job, 10))) for _ in range(5)]
+        while sum(call.done() for call in calls) < 2:
+            await asyncio.sleep(0.001)
         release.set()
-        return Answer(200, b"{}", {})
+        return [await call for call in calls]
 
     pool = InferencePool(workers=2, max_queue=3, metrics=Metrics())
-    results = run_pool(pool, [job, job, releaser, job, job], timeout=10)
-    statuses = [r.status for r in results]
+    try:
+        statuses = asyncio.run(main(pool))
+    finally:
+        release.set()
+        pool.shutdown()
     assert statuses == [200, 200, 200, 503, 503]
     assert pool.admitted == 0
 
 
 def test_pool_times_out_with_504() -> None:
+    release = threading.Event()
+
     def slow() -> Answer:
-        time.sleep(0.5)
+        release.wait(30)  # held until the test has both answers: it outlives the timeout
         return Answer(200, b"{}", {})
 
     pool = InferencePool(workers=1, max_queue=10, metrics=Metrics())
-    results = run_pool(pool, [slow, slow], timeout=0.1)
+    try:
+        results = run_pool(pool, [slow, slow], timeout=0.1)
+    finally:
+        release.set()
     assert [r.status for r in results] == [504, 504]
     assert all(isinstance(r, p.ApiError) and "timed out" in r.message for r in results)
 
 
 def test_pool_never_blocks_the_event_loop() -> None:
-    ticks: list[float] = []
+    # The job holds its worker until the event loop has ticked 10 times after
+    # it started. Were the job run on the loop's thread (or the loop blocked
+    # until it ended), neither could go on: the job's wait would run out and
+    # it would answer 500 (a bound on failure only, never waited for).
+    started, release = threading.Event(), threading.Event()
+    ticks: list[bool] = []  # per tick: was the job still running?
 
     def busy() -> Answer:
-        time.sleep(0.3)
+        started.set()
+        if not release.wait(30):
+            return Answer(500, b"the event loop never ticked while the job ran", {})
         return Answer(200, b"", {})
 
-    async def main() -> None:
+    async def main() -> Answer:
         pool = InferencePool(workers=1, max_queue=4, metrics=Metrics())
 
         async def ticker() -> None:
+            while not started.is_set():
+                await asyncio.sleep(0.001)
             for _ in range(10):
-                ticks.append(time.perf_counter())
-                await asyncio.sleep(0.02)
+                ticks.append(started.is_set() and not release.is_set())
+                await asyncio.sleep(0.001)
+            release.set()
 
-        await asyncio.gather(pool.run(busy, 5), ticker())
+        answer, _ = await asyncio.gather(pool.run(busy, 60), ticker())
         pool.shutdown()
+        return answer
 
-    asyncio.run(main())
-    gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert max(gaps) < 0.15
+    answer = asyncio.run(main())
+    assert (answer.status, answer.body) == (200, b"")
+    assert ticks == [True] * 10  # ten ticks of the loop while the job held its worker
 
 
 def only_model(conf: ServeConfig) -> tuple[str, str]:
@@ -555,14 +583,17 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
 
     def work() -> Answer:
         peak.append(pool.admitted)
-        release.wait(5)
+        release.wait(30)  # held until every request has been admitted or refused
         return Answer(200, b"", {})
+
+    refused: list[int] = []
 
     def loop_thread(results: list[int]) -> None:
         async def one() -> int:
             try:
-                return (await pool.run(work, 10)).status
+                return (await pool.run(work, 60)).status
             except p.ApiError as err:
+                refused.append(err.status)
                 return err.status
 
         async def many() -> None:
@@ -574,7 +605,10 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
     threads = [threading.Thread(target=loop_thread, args=(r,)) for r in results]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
+    # Every request has arrived: five hold their slots (their work waits), seven were refused.
+    deadline = time.monotonic() + 30  # bounds a failing test only
+    while not (len(refused) == 7 and pool.admitted == 5) and time.monotonic() < deadline:
+        time.sleep(0.002)
     release.set()
     for thread in threads:
         thread.join(10)

@@ -106,13 +106,15 @@ def test_a_request_whose_body_is_still_arriving_is_answered_503_too() -> None:
 def test_without_a_cut_off_a_cancelled_request_stays_cancelled() -> None:
     cutoff = CutOff("stopped")
 
-    async def handler() -> None:
+    async def handler(tracked: asyncio.Event) -> None:
         with cutoff.track():
+            tracked.set()
             await asyncio.sleep(30)
 
     async def main() -> None:
-        task = asyncio.create_task(handler())
-        await asyncio.sleep(0.01)
+        tracked = asyncio.Event()
+        task = asyncio.create_task(handler(tracked))
+        await tracked.wait()  # cancelled while tracked, not before it started
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -187,9 +189,24 @@ def test_a_call_waiting_for_its_turn_is_withdrawn_when_its_deadline_passes() -> 
     assert run_with_deadline(time.monotonic() + 5, alone) == "ran"
 
 
+class Turn(threading.BoundedSemaphore):
+    """A turn to run alone that says when a call waits for it, and for how long at most."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.waiting = threading.Event()
+        self.timeouts: list[float | None] = []
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if blocking:  # a call waiting for its turn (the test's own take does not wait)
+            self.timeouts.append(timeout)
+            self.waiting.set()
+        return super().acquire(blocking, timeout)
+
+
 def test_without_a_deadline_a_call_waits_for_its_turn() -> None:
-    turn = threading.BoundedSemaphore(1)
-    turn.acquire()
+    turn = Turn()
+    assert turn.acquire(blocking=False)  # a call that runs alone is running
 
     def alone() -> str:
         acquire_before_deadline(turn)
@@ -198,7 +215,8 @@ def test_without_a_deadline_a_call_waits_for_its_turn() -> None:
 
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(run_with_deadline, None, alone)
-        time.sleep(0.2)
+        assert turn.waiting.wait(30)  # the call waits for its turn ...
+        assert turn.timeouts == [None]  # ... without a time limit
         assert not waiting.done()
         turn.release()
         assert waiting.result(5) == "ran"

@@ -375,21 +375,39 @@ def states_or_none(manager: Manager) -> dict[int, str] | None:
 
 @pytest.mark.parametrize("keep", [1, 2])
 def test_swaps_under_concurrent_requests_never_fail_a_request(tmp_path: Path, keep: int) -> None:
-    """Eight threads lease and use versions while the manager swaps 40 times."""
-    export(tmp_path, 1)
+    """Eight threads lease and use versions while the manager swaps 40 times.
 
-    class Slow(Loader):  # loading takes a while, as a real one does: requests keep coming
+    Counts, not seconds, so that no machine is too fast or too slow for it:
+    each load lasts until the clients have answered 20 requests since it
+    began (requests keep coming while a version loads, as with a real one);
+    the next swap waits for the new version's first answer; four clients
+    hold each version they lease until it is retired (a swap under a request
+    in use), and the swaps begin once all four hold version 1.
+    """
+    export(tmp_path, 1)
+    failures: list[str] = []
+    answers: collections.Counter[int] = collections.Counter()  # per version
+    holding: collections.Counter[int] = collections.Counter()  # holders per version
+    retired_in_use = [0]  # requests that held their version while it was retired
+    lock = threading.Lock()
+
+    def answered() -> int:
+        with lock:
+            return sum(answers.values())
+
+    class Busy(Loader):
         def __call__(self, directory: Path, version: int) -> Fake:
-            time.sleep(0.003)
+            if version > 1:
+                wanted = answered() + 20
+                if not wait_until(lambda: answered() >= wanted):
+                    failures.append(f"no requests were answered while version {version} loaded")
             return super().__call__(directory, version)
 
-    manager, metrics = manager_for(spec(tmp_path, Latest(keep)), loader=Slow())
+    manager, metrics = manager_for(spec(tmp_path, Latest(keep)), loader=Busy())
     manager.initial_load(1, lambda: False)
     stop = threading.Event()
-    failures: list[str] = []
-    seen: set[int] = set()
 
-    def client() -> None:
+    def client(hold: bool) -> None:
         while not stop.is_set():
             try:
                 with manager.lease(route()) as version:
@@ -397,28 +415,40 @@ def test_swaps_under_concurrent_requests_never_fail_a_request(tmp_path: Path, ke
                     if servable is None or version.state not in (AVAILABLE, UNLOADING):
                         failures.append(f"version {version.number} in state {version.state}")
                         continue
-                    time.sleep(0.002)
+                    if hold:
+                        with lock:
+                            holding[version.number] += 1
+                        while version.state == AVAILABLE and not stop.is_set():
+                            time.sleep(0.001)
+                        if version.state == UNLOADING:
+                            with lock:
+                                retired_in_use[0] += 1
                     if version.servable is not servable:  # unloaded while in use
                         failures.append(f"version {version.number} unloaded during a request")
                     result = servable.predict(
                         "serving_default", {"x": p.Tensor("DT_FLOAT", (1,), [0.0])}
                     )
-                    seen.add(int(result["y"].values[0]))
+                    with lock:
+                        answers[int(result["y"].values[0])] += 1
             except p.ApiError as err:
                 failures.append(err.message)
 
-    threads = [threading.Thread(target=client) for _ in range(8)]
+    threads = [threading.Thread(target=client, args=(index < 4,)) for index in range(8)]
     for thread in threads:
         thread.start()
-    for version in range(2, 42):
-        export(tmp_path, version)
-        manager.sync()
-        time.sleep(0.005)
-    stop.set()
-    for thread in threads:
-        thread.join(5)
+    try:
+        assert wait_until(lambda: holding[1] == 4), "the four holding clients never leased"
+        for version in range(2, 42):
+            export(tmp_path, version)
+            manager.sync()
+            assert wait_until(functools.partial(lambda v: answers[v] > 0, version)), version
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
     assert failures == []
-    assert len(seen) > 5
+    assert sorted(answers) == list(range(1, 42))  # every version answered requests
+    assert retired_in_use[0] >= 4  # version 1, at least, was swapped out under requests
     assert served(manager) == 41
     unloaded = sample(metrics, "serving_model_unloads_total", model="m", result="success")
     assert unloaded == 41 - len(manager.models()["m"].serving)
