@@ -285,7 +285,9 @@ def startup_imports(containers: Containers, code: str, **kwargs: Any) -> tuple[s
 def test_startup_cost_in_the_image(containers: Containers) -> None:
     # The .pth runs at every interpreter start. The image sets
     # PYTHONDONTWRITEBYTECODE, so the module must have been byte-compiled at
-    # install (pip does; without it, compiling costs ~5 ms per start).
+    # install (pip does; without it, compiling costs ~5 ms per start). How long
+    # the import takes is a benchmark's question (bench/overhead.py,
+    # hook_added_ms), never a test's: tests do not assume a CPU's speed.
     code = (
         "import os, sys; m = sys.modules['_tf_entrypoint_pth']; "
         "print(os.path.exists(m.__cached__), "
@@ -293,6 +295,6 @@ def test_startup_cost_in_the_image(containers: Containers) -> None:
     )
     stdout, on = startup_imports(containers, code)
     assert stdout == "True True\n"
-    assert on["_tf_entrypoint_pth"] < 5000
+    assert "_tf_entrypoint_pth" in on
     _, off = startup_imports(containers, "pass", environment=HOOK_OFF)
     assert set(on) - set(off) == {"_tf_entrypoint_pth"}
