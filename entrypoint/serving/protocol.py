@@ -782,13 +782,16 @@ def tensorflow_error_message(text: str, limit: int = 2000) -> str:
     <unknown>, Feature: x (data type: float) is required but could not be
     found.").
     """
-    kept = [
-        part
-        for part in text.split("\n\n")
-        if part != "Graph execution error:"
-        and not part.startswith("Detected at node ")
-        and not part.startswith("  File ")
-    ]
+    kept = []
+    for part in text.split("\n\n"):
+        if part.startswith("Detected at node "):
+            # A function loaded from a SavedModel has no Python frames: the
+            # kernel's message follows this line in the same paragraph.
+            _, unavailable, rest = part.partition("<stack traces unavailable>\n")
+            if unavailable and rest:
+                kept.append(rest)
+        elif part != "Graph execution error:" and not part.startswith("  File "):
+            kept.append(part)
     message = _OP_SUFFIX.sub("", "\n\n".join(kept)).strip() or text
     return message[:limit]
 
