@@ -660,10 +660,11 @@ def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
 
     One kind of export is loaded with tf.saved_model.load instead: a TF2
     export whose graph keeps variables that its restore op and init op leave
-    unset. Keras 3 writes such exports for a model built under a tf.distribute
-    strategy (keras-team/keras#20096, tensorflow/serving#2250): its signatures
-    read the model's own variables, its checkpoint restores copies of them.
-    TF Serving loads such an export and answers every call with
+    unset. Keras 3 writes such exports when tf.saved_model.save saves a model
+    built under a tf.distribute strategy, or a tf.Module that holds a Keras
+    model (keras-team/keras#20095 and #20096, tensorflow/serving#2250): the
+    signatures read the model's own variables, the checkpoint restores copies
+    of them. TF Serving loads such an export and answers every call with
     FAILED_PRECONDITION "Could not find variable ..."; TF2's loader binds the
     functions to the restored variables through the object graph, and serves it.
     """
@@ -677,10 +678,11 @@ def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
             bundle.close()
             shown = ", ".join(unset[:5]) + (f" and {len(unset) - 5} more" if len(unset) > 5 else "")
             log.warning(
-                "%s: restoring its graph leaves variable(s) %s unset (an export whose graph "
-                "and object graph disagree, as Keras 3 writes a model built under a "
-                "tf.distribute strategy; TF Serving would answer every call FAILED_PRECONDITION "
-                "'Could not find variable'): loaded with tf.saved_model.load instead",
+                "%s: restoring its graph leaves variable(s) %s unset: its graph and its "
+                "object graph disagree, as in Keras 3 models saved under a tf.distribute "
+                "strategy or inside a tf.Module (keras-team/keras#20095). TF Serving loads it "
+                "and answers every call FAILED_PRECONDITION 'Could not find variable'; loaded "
+                "with tf.saved_model.load instead, which serves it",
                 directory,
                 shown,
             )
