@@ -1,0 +1,157 @@
+"""What the loading tests look at inside the server's process (runs in the image).
+
+    python check_loading.py CHECK MODELS
+
+Loads versions with tf_entrypoint.serving.model, as the server does, and
+prints one JSON object on its last line:
+
+- threads: four versions (two TF1 exports, two TF2) loaded one after the
+  other, each answering a predict; each Session's config (intra, inter),
+  the threads of the process after the first and after all four, the
+  threads named tf_Compute (TensorFlow's inter-op pools), and whether the
+  eager context was ever started (it would start a pool of its own).
+- close: a version loaded, answering, then closed as an unload does: is its
+  Session closed, and are its graph and Session gone once nothing refers to
+  the version.
+- callables: 100 gRPC predicts with 100 different output filters on
+  outputs/1 (eight outputs): every answer right, and the callables kept.
+- loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import itertools
+import json
+import os
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def thread_names() -> collections.Counter[str]:
+    tasks = Path("/proc/self/task")
+    return collections.Counter((task / "comm").read_text().strip() for task in tasks.iterdir())
+
+
+def bundle(servable: Any) -> Any:
+    """The servable's loaded SavedModel (its Session bundle, or the tf.saved_model.load one)."""
+    return servable._bundle
+
+
+def values_list(values: Any) -> list[Any]:
+    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+
+    return p.values_list(values)
+
+
+def rest_x(*values: float) -> Any:
+    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+
+    return p.Tensor("DT_FLOAT", (len(values), 1), list(values))
+
+
+def threads(models: Path) -> dict[str, Any]:
+    from tensorflow.python.eager import context  # noqa: PLC0415
+
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+
+    loaded, answers = [], []
+    census: list[int] = []
+    for name in ("half_plus_two", "half_plus_three", "half_plus_two_tf2", "saved_model_save"):
+        servable = model.load(models / name / "123", 123)
+        signature = servable.signatures["serving_default"]
+        (alias,) = signature.inputs
+        (output,) = servable.predict("serving_default", {alias: rest_x(2.0)}).values()
+        answers.append(values_list(output.values))
+        loaded.append(servable)
+        census.append(sum(thread_names().values()))
+    configs = [
+        [bundle(s)._session._config.intra_op_parallelism_threads,
+         bundle(s)._session._config.inter_op_parallelism_threads]
+        for s in loaded
+    ]  # fmt: skip
+    return {
+        "bundles": [type(bundle(s)).__name__ for s in loaded],
+        "answers": answers,
+        "configs": configs,
+        "threads": census,
+        "tf_compute": thread_names()["tf_Compute"],
+        "eager_started": context.context()._context_handle is not None,
+    }
+
+
+def close(models: Path) -> dict[str, Any]:
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+
+    servable = model.load(models / "half_plus_two_tf2" / "123", 123)
+    (output,) = servable.predict("serving_default", {"x": rest_x(2.0)}).values()
+    session = bundle(servable)._session
+    graph, session_ref = weakref.ref(bundle(servable)._graph), weakref.ref(session)
+    servable.close()
+    closed = bool(session._closed)
+    del servable, session
+    gc.collect()
+    return {
+        "answer": values_list(output.values),
+        "closed": closed,
+        "graph_freed": graph() is None,
+        "session_freed": session_ref() is None,
+    }
+
+
+def callables(models: Path) -> dict[str, Any]:
+    import tensorflow as tf  # noqa: PLC0415
+
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+
+    servable = model.load(models / "outputs" / "1", 1, warmup=False)
+    aliases = sorted(servable.signatures["serving_default"].outputs)
+    filters = [
+        list(subset)
+        for size in range(1, len(aliases) + 1)
+        for subset in itertools.combinations(aliases, size)
+    ][:100]
+    x = {"x": tf.make_tensor_proto(np.array([1.0, 2.0], np.float32))}
+    wrong = []
+    for wanted in filters:
+        _, outputs = servable.predict_protos("serving_default", x, wanted)
+        got = {alias: list(proto.float_val) for alias, proto in outputs.items()}
+        expected = {alias: [1.0 + int(alias[1:]), 2.0 + int(alias[1:])] for alias in wanted}
+        if got != expected:
+            wrong.append([wanted, got])
+    return {
+        "filters": len({tuple(f) for f in filters}),
+        "wrong": wrong,
+        "kept": len(bundle(servable)._callables),
+        "limit": model.MAX_CALLABLES,
+    }
+
+
+def loader(models: Path) -> dict[str, Any]:
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+
+    os.environ[model.LOADER_VARIABLE] = "tf2"
+    servable = model.load(models / "keras" / "123", 123)
+    (output,) = servable.predict("serving_default", {"inputs": rest_x(2.0)}).values()
+    os.environ[model.LOADER_VARIABLE] = "bogus"
+    try:
+        model.load(models / "keras" / "123", 123)
+        refused = ""
+    except ValueError as err:
+        refused = str(err)
+    return {
+        "bundle": type(bundle(servable)).__name__,
+        "answer": values_list(output.values),
+        "refused": refused,
+    }
+
+
+CHECKS = {"threads": threads, "close": close, "callables": callables, "loader": loader}
+
+if __name__ == "__main__":
+    print(json.dumps(CHECKS[sys.argv[1]](Path(sys.argv[2]))))
