@@ -594,14 +594,86 @@ class _SessionBundle:
         return made
 
     def unset_variables(self) -> list[str]:
-        """Resource variables of the graph that restoring and the init op left unset."""
+        """Resource variables that restoring and the init op left unset, and that
+        something other than their own ops, another variable's initializer or
+        the saver uses (a function call: a signature). Keras 3's model.export
+        leaves the model's original variables in the graph, unset and unused:
+        those do not count."""
         handles = [op for op in self._graph.get_operations() if op.type == "VarHandleOp"]
         if not handles:
             return []
         with self._graph.as_default():
             checks = [tf.raw_ops.VarIsInitializedOp(resource=op.outputs[0]) for op in handles]
         done = self._session.run(checks)
-        return sorted(op.name for op, ok in zip(handles, done, strict=True) if not ok)
+        return sorted(
+            op.name for op, ok in zip(handles, done, strict=True) if not ok and self._used(op)
+        )
+
+    def _used(self, handle: Any) -> bool:
+        saver = self.meta_graph.saver_def
+        saver_ops = {saver.restore_op_name, saver.save_tensor_name.partition(":")[0]}
+        for user in handle.outputs[0].consumers():
+            if (
+                user.name.startswith(handle.name + "/")
+                or user.name in saver_ops
+                or user.type in ("VarIsInitializedOp", "DestroyResourceOp")  # ours, here
+            ):
+                continue
+            if user.type == "ReadVariableOp" and all(
+                reader.type == "AssignVariableOp" for reader in user.outputs[0].consumers()
+            ):
+                continue  # read only to initialize another variable
+            return True
+        return False
+
+    def set_from_restored_copies(self, unset: Sequence[str]) -> list[str]:
+        """Give each of `unset` the value of the restored variable its graph copied it
+        into; the variables still unset afterwards (all is well when none).
+
+        Keras 3's exports (keras-team/keras#20095) keep the model's own
+        variables V, which the signatures read, and variables C that the
+        checkpoint restores, each made from one V: the graph says so, C's
+        initializer is AssignVariableOp(C, ReadVariableOp(V)). So V := C
+        after the restore gives V the saved value, as tf.saved_model.load's
+        binding of the signatures to the restored objects does. A C that
+        nothing but its own ops and the saver uses is then destroyed: V holds
+        the same tensor, so the weights are not kept twice.
+        """
+        graph, wanted = self._graph, set(unset)
+        copies: dict[str, Any] = {}
+        for op in graph.get_operations():
+            if op.type != "AssignVariableOp" or len(op.inputs) != 2:
+                continue
+            target, value = op.inputs[0].op, op.inputs[1].op
+            if (
+                target.type == "VarHandleOp"
+                and target.name not in wanted
+                and value.type == "ReadVariableOp"
+                and value.inputs[0].op.type == "VarHandleOp"
+                and value.inputs[0].op.name in wanted
+            ):
+                copies.setdefault(value.inputs[0].op.name, target)
+        if set(copies) != wanted:
+            return sorted(wanted - set(copies))
+        with graph.as_default():
+            sets = [
+                tf.raw_ops.AssignVariableOp(
+                    resource=graph.get_operation_by_name(name).outputs[0],
+                    value=tf.raw_ops.ReadVariableOp(
+                        resource=copy.outputs[0], dtype=copy.get_attr("dtype")
+                    ),
+                )
+                for name, copy in sorted(copies.items())
+            ]
+            unused = [
+                tf.raw_ops.DestroyResourceOp(resource=copy.outputs[0], ignore_lookup_error=True)
+                for copy in copies.values()
+                if not self._used(copy)
+            ]
+        self._session.run(sets)
+        if unused:
+            self._session.run(unused)
+        return [name for name in self.unset_variables() if name in wanted]
 
     def close(self) -> None:
         """Close the Session; the graph and its memory go with the last reference."""
@@ -658,36 +730,48 @@ def _loader_choice() -> str:
 def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
     """Load a SavedModel as TF Serving does; (the bundle, its 'serve' MetaGraphDef).
 
-    One kind of export is loaded with tf.saved_model.load instead: a TF2
-    export whose graph keeps variables that its restore op and init op leave
-    unset. Keras 3 writes such exports when tf.saved_model.save saves a model
-    built under a tf.distribute strategy, or a tf.Module that holds a Keras
-    model (keras-team/keras#20095 and #20096, tensorflow/serving#2250): the
-    signatures read the model's own variables, the checkpoint restores copies
-    of them. TF Serving loads such an export and answers every call with
-    FAILED_PRECONDITION "Could not find variable ..."; TF2's loader binds the
-    functions to the restored variables through the object graph, and serves it.
+    Keras 3 (TensorFlow 2.16 and later) writes exports whose graph a Session
+    cannot restore as it stands: keras-team/keras#20095, #20096,
+    tensorflow/serving#2250, any Keras 3 model with variables saved with
+    tf.saved_model.save or model.export. The signatures read the model's own
+    variables, the checkpoint restores copies of them, so once restored the
+    former are unset, and TF Serving answers every call with
+    FAILED_PRECONDITION "Could not find variable ...". Here such variables are
+    set from the copies their graph made of them
+    (:meth:`_SessionBundle.set_from_restored_copies`), and the export is
+    served as a Session bundle; one whose unset variables have no such copy
+    is loaded with tf.saved_model.load instead, which binds the signatures to
+    the restored variables through the object graph, with a warning.
     """
     if _loader_choice() == "tf2":
         return _FunctionBundle(directory), _read_meta_graph(directory)
     bundle = _SessionBundle(directory)
     graph = bundle.meta_graph
-    if graph.object_graph_def.nodes:  # a TF2 export: it has an object graph
-        unset = bundle.unset_variables()
-        if unset:
-            bundle.close()
-            shown = ", ".join(unset[:5]) + (f" and {len(unset) - 5} more" if len(unset) > 5 else "")
-            log.warning(
-                "%s: restoring its graph leaves variable(s) %s unset: its graph and its "
-                "object graph disagree, as in Keras 3 models saved under a tf.distribute "
-                "strategy or inside a tf.Module (keras-team/keras#20095). TF Serving loads it "
-                "and answers every call FAILED_PRECONDITION 'Could not find variable'; loaded "
-                "with tf.saved_model.load instead, which serves it",
-                directory,
-                shown,
-            )
-            return _FunctionBundle(directory), graph
-    return bundle, graph
+    if not graph.object_graph_def.nodes:  # a TF1 export: served as TF Serving serves it
+        return bundle, graph
+    unset = bundle.unset_variables()
+    if not unset:
+        return bundle, graph
+    left = bundle.set_from_restored_copies(unset)
+    if not left:
+        log.info(
+            "%s: %d variable(s) that restoring its graph leaves unset (a Keras 3 export, "
+            "keras-team/keras#20095; TF Serving would answer FAILED_PRECONDITION 'Could not "
+            "find variable') were set from the copies the checkpoint restores",
+            directory,
+            len(unset),
+        )
+        return bundle, graph
+    bundle.close()
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    log.warning(
+        "%s: restoring its graph leaves variable(s) %s unset, and the graph holds no copy "
+        "of them to set them from (TF Serving would answer every call FAILED_PRECONDITION "
+        "'Could not find variable'): loaded with tf.saved_model.load instead",
+        directory,
+        shown,
+    )
+    return _FunctionBundle(directory), graph
 
 
 def _batchable(signature: p.Signature) -> bool:
