@@ -16,6 +16,8 @@ prints one JSON object on its last line:
 - callables: 100 gRPC predicts with 100 different output filters on
   outputs/1 (eight outputs): every answer right, and the callables kept.
 - loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
+- repair: the Keras 3 exports whose variables are set from their restored
+  copies: which variables are set once loaded, and the answers of both loaders.
 """
 
 from __future__ import annotations
@@ -151,7 +153,44 @@ def loader(models: Path) -> dict[str, Any]:
     }
 
 
-CHECKS = {"threads": threads, "close": close, "callables": callables, "loader": loader}
+def repair(models: Path) -> dict[str, Any]:
+    """Keras 3 exports a Session cannot restore as they stand: loaded, their
+    variables' state in the Session (the model's own set, the restored copies
+    destroyed), and their answers next to tf.saved_model.load's."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+
+    found: dict[str, Any] = {}
+    for name, alias, shape in (
+        ("keras_distributed/123", "inputs", (2, 1)),
+        ("keras_in_module/1", "x", (2,)),
+    ):
+        answers = {}
+        for chosen in model.LOADERS:
+            os.environ[model.LOADER_VARIABLE] = chosen
+            servable = model.load(models / name, 1)
+            x = p.Tensor("DT_FLOAT", shape, [2.0, 3.0])
+            (output,) = servable.predict("serving_default", {alias: x}).values()
+            answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
+            if chosen == "session":
+                graph, session = bundle(servable)._graph, bundle(servable)._session
+                handles = [op for op in graph.get_operations() if op.type == "VarHandleOp"]
+                with graph.as_default():
+                    checks = [tf.raw_ops.VarIsInitializedOp(resource=h.outputs[0]) for h in handles]
+                state = dict(zip([h.name for h in handles], session.run(checks), strict=True))
+        found[name] = {"answers": answers, "set": {k: bool(v) for k, v in state.items()}}
+    return found
+
+
+CHECKS = {
+    "threads": threads,
+    "close": close,
+    "callables": callables,
+    "loader": loader,
+    "repair": repair,
+}
 
 if __name__ == "__main__":
     print(json.dumps(CHECKS[sys.argv[1]](Path(sys.argv[2]))))

@@ -7,6 +7,12 @@
   tf.saved_model.save, signature serving_default x float32 [None] -> y
   [None]: the demo's layout. Keras 3 writes its graph so that restoring it in
   a Session leaves the model's variables unset (keras-team/keras#20095).
+- DIR/keras_unrepairable/1: keras_in_module/1 with the nodes that say which
+  restored variable each model variable was copied into (the copies'
+  initializers) taken out of its graph: a Session cannot restore it, and
+  nothing says how to set its variables (tf.saved_model.load, which goes by
+  the object graph, still serves it). No exporter is known to write one; it
+  stands for whatever Keras or TensorFlow may write next.
 - DIR/outputs/1: serving_default x float32 [None] -> y0 ... y7 = x + i, eight
   outputs: 255 sets of outputs a gRPC output_filter can ask for.
 """
@@ -40,6 +46,7 @@ def main(directory: Path) -> int:
         str(directory / "keras_in_module" / "1"),
         signatures={"serving_default": module.serve},
     )
+    unrepairable(directory / "keras_in_module" / "1", directory / "keras_unrepairable" / "1")
 
     def plus_each(x: Any) -> dict[str, Any]:
         return {f"y{i}": x + float(i) for i in range(OUTPUTS)}
@@ -51,6 +58,27 @@ def main(directory: Path) -> int:
         module, str(directory / "outputs" / "1"), signatures={"serving_default": many}
     )
     return 0
+
+
+def unrepairable(source: Path, target: Path) -> None:
+    """A copy of `source` without its copies' initializers (VAR/Initializer/..., VAR/Assign)."""
+    import shutil  # noqa: PLC0415
+
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    shutil.copytree(source, target)
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((source / "saved_model.pb").read_bytes())
+    graph = saved.meta_graphs[0].graph_def
+    kept = [
+        node
+        for node in graph.node
+        if not ("/Initializer/" in node.name or node.name.endswith("/Assign"))
+    ]
+    assert len(kept) < len(graph.node), "no initializer to take out"
+    del graph.node[:]
+    graph.node.extend(kept)
+    (target / "saved_model.pb").write_bytes(saved.SerializeToString())
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 TF Serving's end-to-end flows on TF1 and TF2 exports are test_tfserving_flows.py's;
 these tests look at what those flows cannot see: the Sessions' threads (the
 plan's counts, TensorFlow's pools shared by every version), a closed version's
-Session and graph freed, the callables a version keeps, the exports that are
-loaded with tf.saved_model.load instead and the log line that says so, TF1
-exports through the batch queue, and SERVE_SAVED_MODEL_LOADER.
+Session and graph freed, the callables a version keeps, Keras 3 exports whose
+variables are set from their restored copies, the one loaded with
+tf.saved_model.load instead, TF1 exports through the batch queue, and
+SERVE_SAVED_MODEL_LOADER.
 
 The in-process checks run check_loading.py in the image (through the
 entrypoint, so the plan and the hook apply as in the server); the exports are
@@ -128,6 +129,33 @@ def test_the_loader_variable(containers: Containers, models: Path) -> None:
     ), result
 
 
+def test_keras_3_variables_are_set_from_their_restored_copies(
+    containers: Containers, models: Path
+) -> None:
+    """In the Session of a Keras 3 export, the model's variables (which the
+    signatures read) hold the restored values, and the copies the checkpoint
+    restored into are destroyed (the weights are not kept twice); the answers
+    are tf.saved_model.load's."""
+    result = check(containers, models, "repair")
+    distributed = result["keras_distributed/123"]
+    assert distributed["answers"] == {
+        "session": ["_SessionBundle", [2.0, 3.0]],
+        "tf2": ["_FunctionBundle", [2.0, 3.0]],
+    }
+    module = result["keras_in_module/1"]
+    assert module["answers"] == {
+        "session": ["_SessionBundle", [2.0, 3.0]],
+        "tf2": ["_FunctionBundle", [2.0, 3.0]],
+    }
+    for found in (distributed, module):
+        model_variables = {k: v for k, v in found["set"].items() if not k.startswith("Variable")}
+        copies = {k: v for k, v in found["set"].items() if k.startswith("Variable")}
+        assert sorted(name.rsplit("/", 1)[1] for name in model_variables) == ["bias", "kernel"]
+        assert set(model_variables.values()) == {True}, found
+        assert len(copies) == 2, found
+        assert set(copies.values()) == {False}, found
+
+
 # --- servers
 
 
@@ -143,6 +171,7 @@ def keras_server(
             "keras_export": "/models/keras_export",
             "keras_distributed": "/models/keras_distributed",
             "keras_in_module": "/models/keras_in_module",
+            "keras_unrepairable": "/models/keras_unrepairable",
         },
     )
     with model_server(
@@ -151,28 +180,28 @@ def keras_server(
         yield server
 
 
-def test_exports_a_session_cannot_restore_are_served_through_tf_saved_model_load(
-    keras_server: ModelServer,
-) -> None:
+def test_keras_3_exports_are_served_as_session_bundles(keras_server: ModelServer) -> None:
     """Keras 3 under a MirroredStrategy, and a Keras 3 model held by a tf.Module:
-    their graphs leave the model's variables unset once restored (TF Serving
-    answers FAILED_PRECONDITION "Could not find variable"); they are loaded with
-    tf.saved_model.load, with one warning each that names the variables. The
-    other Keras exports are Session bundles, without a warning."""
-    answers = {
-        model: keras_server.post(f"/v1/models/{model}:predict", {"instances": [[2.0]]})
-        for model in ("keras", "keras_export", "keras_distributed")
-    }
-    for model, answer in answers.items():
+    once restored in a Session their graphs leave the model's variables unset
+    (TF Serving answers FAILED_PRECONDITION "Could not find variable"); each is
+    set from the restored copy the graph made of it, and the version served as
+    a Session bundle, with one line in the log. An export whose graph does not
+    say which copy (keras_unrepairable) is loaded with tf.saved_model.load, with
+    a warning. All answer y = x."""
+    for model in ("keras", "keras_export", "keras_distributed"):
+        answer = keras_server.post(f"/v1/models/{model}:predict", {"instances": [[2.0]]})
         assert (answer.status_code, answer.json()) == (200, {"predictions": [[2.0]]}), model
-    module = keras_server.post("/v1/models/keras_in_module:predict", {"instances": [2.0, 3.0]})
-    assert (module.status_code, module.json()) == (200, {"predictions": [2.0, 3.0]}), module.text
+    for model in ("keras_in_module", "keras_unrepairable"):
+        answer = keras_server.post(f"/v1/models/{model}:predict", {"instances": [2.0, 3.0]})
+        assert (answer.status_code, answer.json()) == (200, {"predictions": [2.0, 3.0]}), model
     logs = keras_server.logs()
-    warned = [line for line in logs.splitlines() if "restoring its graph leaves" in line]
-    assert len(warned) == 2, warned
-    assert any("/models/keras_distributed/123:" in line for line in warned), warned
-    assert any("/models/keras_in_module/1:" in line for line in warned), warned
-    assert all("loaded with tf.saved_model.load instead" in line for line in warned), warned
+    repaired = [line for line in logs.splitlines() if "were set from the copies" in line]
+    assert len(repaired) == 2, repaired
+    assert any("/models/keras_distributed/123:" in line for line in repaired), repaired
+    assert any("/models/keras_in_module/1:" in line for line in repaired), repaired
+    warned = [line for line in logs.splitlines() if "loaded with tf.saved_model.load" in line]
+    assert len(warned) == 1, warned
+    assert "/models/keras_unrepairable/1:" in warned[0], warned
     assert "Traceback" not in logs
 
 
@@ -228,7 +257,7 @@ def test_the_servers_versions_share_one_inter_op_pool(sessions_server: ModelServ
     names = sessions_server.container.exec_run(["sh", "-c", f"cat /proc/{pid}/task/*/comm"])
     assert isinstance(names.output, bytes)
     assert names.output.decode().split("\n").count("tf_Compute") == 1, names.output
-    assert "restoring its graph leaves" not in sessions_server.logs()
+    assert "loaded with tf.saved_model.load" not in sessions_server.logs()
 
 
 def test_a_tf1_export_through_the_batch_queue(sessions_server: ModelServer) -> None:
