@@ -11,8 +11,10 @@ Session::Run does, through a Session callable made once per signature and
 set of outputs. Shapes are the graph's business: what it accepts is
 answered, what it refuses gets TensorFlow's own error and code.
 
-One kind of export cannot be served that way, and is loaded with
-``tf.saved_model.load`` instead (:func:`open_saved_model`).
+Keras 3 exports, whose graph leaves the model's variables unset once
+restored in a Session, have them set from the restored copies their graph
+names; an export that leaves a used variable unset with no such copy is
+loaded with ``tf.saved_model.load`` instead (:func:`open_saved_model`).
 """
 
 from __future__ import annotations
