@@ -18,6 +18,7 @@ prints one JSON object on its last line:
 - loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
 - repair: the Keras 3 exports whose variables are set from their restored
   copies: which variables are set once loaded, and the answers of both loaders.
+- keras: a Keras 3 model with variables saved four ways, loaded both ways.
 """
 
 from __future__ import annotations
@@ -184,12 +185,74 @@ def repair(models: Path) -> dict[str, Any]:
     return found
 
 
+def keras(models: Path) -> dict[str, Any]:
+    """A Keras 3 Sequential with variables (Dense, BatchNormalization, Dense) saved
+    the four usual ways, each loaded with both loaders: the kind of bundle and
+    the answers for two rows. (`models` is not used: the exports are made here.)"""
+    import tempfile  # noqa: PLC0415
+
+    import tensorflow as tf  # noqa: PLC0415
+
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    layers = tf.keras.layers
+    spec = [tf.TensorSpec([None, 4], tf.float32, name="x")]
+
+    def sequential() -> Any:
+        tf.keras.utils.set_random_seed(0)
+        return tf.keras.Sequential(
+            [
+                layers.Input((4,), dtype="float32", name="x"),
+                layers.Dense(8, activation="relu"),
+                layers.BatchNormalization(),
+                layers.Dense(3),
+            ]
+        )
+
+    def in_module(path: str) -> None:
+        module = tf.Module()
+        module.model = sequential()
+        module.serve = tf.function(lambda x: {"y": module.model(x)}, input_signature=spec)
+        tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+
+    def under_strategy(path: str) -> None:
+        with tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"]).scope():
+            built = sequential()
+        tf.saved_model.save(built, path)
+
+    ways = {
+        "tf.saved_model.save(model)": lambda path: tf.saved_model.save(sequential(), path),
+        "model.export()": lambda path: sequential().export(path, verbose=False),
+        "tf.Module holding the model": in_module,
+        "under MirroredStrategy": under_strategy,
+    }
+    found: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for index, (way, save) in enumerate(ways.items()):
+            path = Path(root) / str(index)
+            save(str(path))
+            answers = {}
+            for chosen in model.LOADERS:
+                os.environ[model.LOADER_VARIABLE] = chosen
+                servable = model.load(path, 1)
+                (alias,) = servable.signatures["serving_default"].inputs
+                x = p.Tensor("DT_FLOAT", (2, 4), [0.5, 1.0, 1.5, 2.0, -1.0, 0.0, 1.0, 3.0])
+                (output,) = servable.predict("serving_default", {alias: x}).values()
+                answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
+            found[way] = answers
+    return found
+
+
 CHECKS = {
     "threads": threads,
     "close": close,
     "callables": callables,
     "loader": loader,
     "repair": repair,
+    "keras": keras,
 }
 
 if __name__ == "__main__":

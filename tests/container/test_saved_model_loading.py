@@ -156,6 +156,23 @@ def test_keras_3_variables_are_set_from_their_restored_copies(
         assert set(copies.values()) == {False}, found
 
 
+def test_keras_3_models_saved_four_ways_answer_as_tf_saved_model_load_answers(
+    containers: Containers, models: Path
+) -> None:
+    """A Sequential with Dense and BatchNormalization layers saved with
+    tf.saved_model.save, with model.export(), inside a tf.Module and under a
+    MirroredStrategy: each is a Session bundle and answers what
+    tf.saved_model.load's signature answers (to float32 rounding: the two
+    run differently optimised graphs)."""
+    result = check(containers, models, "keras")
+    assert len(result) == 4, result
+    for way, answers in result.items():
+        assert answers["session"][0] == "_SessionBundle", (way, answers)
+        assert answers["tf2"][0] == "_FunctionBundle", (way, answers)
+        assert len(answers["session"][1]) == 6, (way, answers)
+        assert answers["session"][1] == pytest.approx(answers["tf2"][1], rel=1e-5), (way, answers)
+
+
 # --- servers
 
 
