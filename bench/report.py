@@ -591,6 +591,8 @@ def session_markdown(data: dict[str, Any]) -> list[str]:
         "CPU per request, below 1 means the Session path costs less; for requests per "
         "second, above 1 means it answers more.",
         "",
+        f"Machine: {machine_line({'session_call': data})}.",
+        "",
         "**One call, in process** (both paths loaded in one process; windows of "
         f"{c['window']:g} s taking turns, {c['rounds']} each; median of the windows' median). "
         "*run*: NumPy in, NumPy out, what a predict costs in TensorFlow as the server calls "
