@@ -18,7 +18,9 @@ prints one JSON object on its last line:
 - loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
 - repair: the Keras 3 exports whose variables are set from their restored
   copies: which variables are set once loaded, and the answers of both loaders.
-- keras: a Keras 3 model with variables saved four ways, loaded both ways.
+- keras: a Keras model with variables saved the four ways of its Keras
+  version (3 in the image, 2 in TensorFlow 2.12's matrix cell), loaded both
+  ways.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import os
 import sys
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,11 +189,16 @@ def repair(models: Path) -> dict[str, Any]:
 
 
 def keras(models: Path) -> dict[str, Any]:
-    """A Keras 3 Sequential with variables (Dense, BatchNormalization, Dense) saved
-    the four usual ways, each loaded with both loaders: the kind of bundle and
-    the answers for two rows. (`models` is not used: the exports are made here.)"""
+    """A Keras Sequential with variables (Dense, BatchNormalization, Dense) saved
+    the four usual ways of its Keras (Keras 3 in the image, Keras 2 in
+    TensorFlow 2.15 and older), each loaded with both loaders: the kind of
+    bundle, the answers for two rows, and whether the Session bundle had
+    variables set from their restored copies (its log line). (`models` is not
+    used: the exports are made here.)"""
+    import logging  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
+    import keras as keras_package  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
 
     from tf_entrypoint.serving import model  # noqa: PLC0415
@@ -200,6 +208,7 @@ def keras(models: Path) -> dict[str, Any]:
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     layers = tf.keras.layers
     spec = [tf.TensorSpec([None, 4], tf.float32, name="x")]
+    major = int(keras_package.__version__.split(".")[0])
 
     def sequential() -> Any:
         tf.keras.utils.set_random_seed(0)
@@ -223,26 +232,47 @@ def keras(models: Path) -> dict[str, Any]:
             built = sequential()
         tf.saved_model.save(built, path)
 
-    ways = {
-        "tf.saved_model.save(model)": lambda path: tf.saved_model.save(sequential(), path),
-        "model.export()": lambda path: sequential().export(path, verbose=False),
-        "tf.Module holding the model": in_module,
-        "under MirroredStrategy": under_strategy,
+    ways: dict[str, Callable[[str], None]] = {
+        "tf.saved_model.save(model)": lambda path: tf.saved_model.save(sequential(), path)
     }
-    found: dict[str, Any] = {}
+    if major >= 3:
+        ways["model.export()"] = lambda path: sequential().export(path, verbose=False)
+    else:  # Keras 2's own SavedModel format
+        ways["model.save(dir)"] = lambda path: sequential().save(path)
+    ways["tf.Module holding the model"] = in_module
+    ways["under MirroredStrategy"] = under_strategy
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.INFO)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    lines = Lines()
+    server_log = logging.getLogger("tf_entrypoint.serving")
+    server_log.addHandler(lines)
+    server_log.setLevel(logging.INFO)
+    found: dict[str, Any] = {"keras": major, "ways": {}}
     with tempfile.TemporaryDirectory() as root:
         for index, (way, save) in enumerate(ways.items()):
             path = Path(root) / str(index)
             save(str(path))
-            answers = {}
+            answers: dict[str, Any] = {}
             for chosen in model.LOADERS:
                 os.environ[model.LOADER_VARIABLE] = chosen
+                lines.lines.clear()
                 servable = model.load(path, 1)
                 (alias,) = servable.signatures["serving_default"].inputs
                 x = p.Tensor("DT_FLOAT", (2, 4), [0.5, 1.0, 1.5, 2.0, -1.0, 0.0, 1.0, 3.0])
                 (output,) = servable.predict("serving_default", {alias: x}).values()
                 answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
-            found[way] = answers
+                if chosen == "session":
+                    answers["set_from_copies"] = any(
+                        "set from the copies" in line for line in lines.lines
+                    )
+            found["ways"][way] = answers
     return found
 
 
