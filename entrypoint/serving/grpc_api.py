@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from grpc import aio
@@ -93,18 +93,51 @@ _SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 _STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
 
 
-#: Characters of a status message: grpc's clients refuse a call whose trailers
-#: pass 8 to 16 kB, so an error quoting a request's 100 kB model name reached
-#: the client as "received metadata size exceeds hard limit" instead.
-MAX_STATUS_MESSAGE = 2000
+#: Bytes a status message may take on the wire. grpc percent-encodes the
+#: message in the trailers (every byte outside printable ASCII, and "%", takes
+#: three), and its clients refuse a call whose trailers pass 8 kB (soft) to
+#: 16 kB (hard): an error quoting a request's 100 kB model name, or 2,000
+#: non-ASCII characters (12 bytes each encoded), reached the client as
+#: "received metadata size exceeds ... limit" instead of its own code.
+MAX_STATUS_MESSAGE_BYTES = 6000
+
+
+def _wire_bytes(char: str) -> int:
+    if " " <= char <= "~" and char != "%":
+        return 1
+    return 3 * len(char.encode("utf-8", "surrogatepass"))
 
 
 def status_message(message: str) -> str:
-    """`message` cut to MAX_STATUS_MESSAGE characters (percent-encoded, at most three
-    bytes each on the wire)."""
-    if len(message) <= MAX_STATUS_MESSAGE:
+    """`message`, cut (ending in "...") so that it takes at most
+    MAX_STATUS_MESSAGE_BYTES percent-encoded."""
+    if len(message) * 12 <= MAX_STATUS_MESSAGE_BYTES:  # fits whatever its characters
         return message
-    return message[: MAX_STATUS_MESSAGE - 3] + "..."
+    budget = MAX_STATUS_MESSAGE_BYTES - 3
+    used = 0
+    for index, char in enumerate(message):
+        used += _wire_bytes(char)
+        if used > budget:
+            return message[:index] + "..."
+    return message
+
+
+async def abort(context: Context, code: str, message: str) -> NoReturn:
+    """End the call with `code` and `message` (cut to fit the trailers).
+
+    A call whose client has already gone (its deadline passed a moment before
+    the server's own timer, or it cancelled) cannot take a status any more:
+    grpc's abort then fails inside its C core with ExecuteBatchError, which
+    grpc would log with a traceback; the call ends as cancelled instead.
+    """
+    if not context.done():
+        try:
+            await context.abort(grpc.StatusCode[code], status_message(message))
+        except aio.AbortError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the status could not be sent: the call is gone
+            log.debug("gRPC call ended before its %s status could be sent: %s", code, err)
+    raise asyncio.CancelledError
 
 
 def route_of(kind: p.Kind, request: Any) -> p.Route:
@@ -202,7 +235,7 @@ class _Handlers:
             code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
         self.observe(method, code, started, target)
         if code != "OK":
-            await context.abort(grpc.StatusCode[code], status_message(message))
+            await abort(context, code, message)
         return response
 
     async def infer(
@@ -263,7 +296,7 @@ class PredictionService:
             admission = self.h.state.pool.admit()
         except p.ApiError as err:
             self.h.observe(method, err.code, started, None)
-            await context.abort(grpc.StatusCode[err.code], err.message)
+            await abort(context, err.code, err.message)
         try:
             try:
                 with cutoff.track():  # a message still arriving when the grace period ends
@@ -280,7 +313,7 @@ class PredictionService:
                 request = p.bad_request(f"{method}: no request message was received")
             if isinstance(request, p.ApiError):
                 self.h.observe(method, request.code, started, None)
-                await context.abort(grpc.StatusCode[request.code], request.message)
+                await abort(context, request.code, request.message)
             call = {"Predict": self.Predict, "Classify": self.Classify, "Regress": self.Regress}
             return await call[method](request, context, admission)
         finally:
@@ -562,9 +595,7 @@ class Health(health_pb2_grpc.HealthServicer):
     async def Check(self, request: Any, context: Context) -> Any:
         status = self._status.get(request.service)
         if status is None:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, status_message(f"unknown service {request.service!r}")
-            )
+            await abort(context, "NOT_FOUND", f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: Context) -> None:
