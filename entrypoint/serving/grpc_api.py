@@ -514,8 +514,15 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
     """
 
     def admitted(method: str, request: Any, response: Any) -> Any:
+        # A coroutine function, not functools.partial: grpc awaits what
+        # inspect.iscoroutinefunction recognises, and Python 3.10's does not
+        # see through a partial of a bound method (grpc then ran it on a thread
+        # and tried to serialise the coroutine it returned).
+        async def handler(requests: Any, context: Context) -> Any:
+            return await service.admitted(method, requests, context)
+
         return grpc.stream_unary_rpc_method_handler(
-            functools.partial(service.admitted, method),
+            handler,
             request_deserializer=request.FromString,
             response_serializer=response.SerializeToString,
         )
