@@ -54,9 +54,10 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import monitoring
+from tf_entrypoint.serving import channel_args, monitoring
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import Admission, ServingState
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
@@ -580,6 +581,18 @@ class Health(health_pb2_grpc.HealthServicer):
                 await self._changed.wait()
 
 
+def server_options(config: ServeConfig) -> list[tuple[str, int | str]]:
+    """grpc's options: the message limit (--max-body-bytes; a response has none, as in
+    TF Serving), no SO_REUSEPORT (a second server on the port is an error, not a
+    silent split of the connections), then --grpc_channel_arguments, which win."""
+    ours: tuple[tuple[str, int | str], ...] = (
+        ("grpc.max_receive_message_length", config.max_body_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    )
+    return channel_args.server_options(ours, config.grpc_channel_arguments)
+
+
 class GrpcServer:
     """The gRPC server on its own thread and event loop.
 
@@ -643,13 +656,7 @@ class GrpcServer:
     async def _serve(self) -> None:
         config = self.state.config
         self._drain = asyncio.Event()
-        server = aio.server(
-            options=[
-                ("grpc.max_receive_message_length", config.max_body_bytes),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        server = aio.server(options=server_options(config))
         handlers = _Handlers(self.state)
         add_prediction_service(PredictionService(handlers), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
