@@ -54,7 +54,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import channel_args, monitoring
+from tf_entrypoint.serving import channel_args, metadata, monitoring
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import Admission, ServingState
 from tf_entrypoint.serving.config import ServeConfig
@@ -327,9 +327,13 @@ class PredictionService:
             with self.h.manager.lease(route) as version:
                 response = get_model_metadata_pb2.GetModelMetadataResponse()
                 _model_spec(response.model_spec, route.model, version.number, "")
-                response.metadata["signature_def"].Pack(
-                    signature_def_map(_servable(version).signatures)
-                )
+                servable = _servable(version)
+                packed = response.metadata["signature_def"]
+                if servable.signature_def_map:  # the SavedModel's own, as they are
+                    packed.type_url = metadata.TYPE_URL
+                    packed.value = servable.signature_def_map
+                else:
+                    packed.Pack(signature_def_map(servable.signatures))
             return response
 
         return await self.h.call(

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving import repository
+from tf_entrypoint.serving.metadata import rest_body as rest_metadata
 from tf_entrypoint.serving.model_config import (
     ConfigError,
     ModelSpec,
@@ -58,6 +59,13 @@ class Servable(Protocol):
 
     @property
     def signatures(self) -> Mapping[str, p.Signature]: ...
+
+    @property
+    def signature_def_map(self) -> bytes:
+        """The SavedModel's SignatureDefs as they are, a serialized
+        tensorflow.serving.SignatureDefMap (GetModelMetadata's answer, metadata.py);
+        b"": none, the metadata is written from `signatures`."""
+        ...
 
     @property
     def warmup_records(self) -> int:
@@ -480,7 +488,7 @@ class Manager:
         started = time.monotonic()
         try:
             servable = self._loader(version.path, version.number)
-            metadata = p.encode(p.metadata_body(name, version.number, servable.signatures))
+            metadata = p.encode(rest_metadata(name, version.number, servable))
         except Exception as err:
             seconds = time.monotonic() - started
             log.debug("loading %s failed", version.path, exc_info=True)

@@ -135,6 +135,18 @@ def _signatures(graph: Any) -> dict[str, p.Signature]:
     }
 
 
+def _signature_def_map(graph: Any) -> bytes:
+    """The MetaGraph's SignatureDefs, every one as it is, as a serialized
+    tensorflow.serving.SignatureDefMap (TF Serving's get_model_metadata_impl.cc)."""
+    from tensorflow_serving.apis import get_model_metadata_pb2  # noqa: PLC0415
+
+    message = get_model_metadata_pb2.SignatureDefMap()
+    for name, definition in graph.signature_def.items():
+        message.signature_def[name].CopyFrom(definition)
+    serialized: bytes = message.SerializeToString()
+    return serialized
+
+
 def _to_tf(tensor: p.Tensor) -> Any:
     if isinstance(tensor.values, py_array.array):
         return tf.constant(_compact(tensor))
@@ -550,6 +562,8 @@ class TensorFlowServable:
         self._method_name_check = method_name_check
         graph = _read_meta_graph(directory)
         self._signatures = _signatures(graph)
+        #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
+        self.signature_def_map = _signature_def_map(graph)
         #: Each SignatureDef's text (C++ DebugString), quoted by TF Serving's errors.
         self._signature_texts = {name: str(sig) for name, sig in graph.signature_def.items()}
         loaded = tf.saved_model.load(str(directory), tags=[SERVE_TAG])

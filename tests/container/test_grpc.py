@@ -5,8 +5,10 @@ The server runs under --cpus 1 with gRPC on 8500 and REST on 8501. The client
 make_tensor_proto/make_ndarray) runs in a second container of the same image
 that shares the server's network namespace, as a sidecar would. Models:
 plus/1 and plus/2 (y = x + V, from make_models.py), dtypes/1 (identity for
-every dtype) and gated/1 (answers once the test opens the gate the call names,
-gates.py), from make_grpc_models.py.
+every dtype), gated/1 (answers once the test opens the gate the call names,
+gates.py) and defaults/1 (an input with a default value), from
+make_grpc_models.py; examples/1 (classify and regress signatures, from
+test_classify_regress.py).
 
 No test here assumes a CPU's speed: a call that must stay in flight is a
 gated/1 call, held until the test opens its gate, and each step waits for the
@@ -42,6 +44,7 @@ model_config_list {
   config { name: "dtypes" base_path: "/models/dtypes" }
   config { name: "gated" base_path: "/models/gated" }
   config { name: "examples" base_path: "/models/examples" }
+  config { name: "defaults" base_path: "/models/defaults" }
 }
 """
 
@@ -273,6 +276,46 @@ def test_classify_and_regress(server: Server) -> None:
     assert on_predict["code"] == "INVALID_ARGUMENT"
     assert on_predict["message"].startswith("No classification inputs found in SignatureDef")
     assert (empty["code"], empty["message"]) == ("INVALID_ARGUMENT", "Input is empty.")
+
+
+def test_metadata_holds_the_signature_defs_as_the_savedmodel_does(server: Server) -> None:
+    """REST and gRPC metadata of a signature with a default input (TensorFlow 2.13+
+    writes it into the SignatureDef's `defaults`): as TF Serving answers, the
+    default's TensorProto, `"defaults": {}` where there is none, and TensorFlow's
+    own __saved_model_init_op signature."""
+    rest = httpx2.get(f"{server.rest}/v1/models/defaults/metadata", timeout=10)
+    assert rest.status_code == 200, rest.text
+    body = rest.json()
+    assert list(body) == ["model_spec", "metadata"]
+    assert list(body["model_spec"].items()) == [
+        ("name", "defaults"), ("version", "1"), ("signature_name", "")
+    ]  # fmt: skip
+    defs = body["metadata"]["signature_def"]["signature_def"]
+    assert sorted(defs) == ["__saved_model_init_op", "serving_default"]
+    serving = defs["serving_default"]
+    assert list(serving) == ["inputs", "outputs", "method_name", "defaults"]
+    assert serving["method_name"] == "tensorflow/serving/predict"
+    x = serving["inputs"]["x"]
+    assert list(x) == ["name", "dtype", "tensor_shape"]
+    assert (x["dtype"], x["tensor_shape"]) == (
+        "DT_FLOAT", {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    )  # fmt: skip
+    assert serving["inputs"]["y"]["tensor_shape"] == {"dim": [], "unknown_rank": False}
+    default = serving["defaults"]["y"]
+    assert default["dtype"] == "DT_FLOAT"
+    assert default["float_val"] == [2.0]
+    assert default["tensor_shape"] == {"dim": [], "unknown_rank": False}
+    # Every field without presence is printed, as TF Serving's printer does.
+    assert (default["version_number"], default["tensor_content"], default["int_val"]) == (
+        0, "", []
+    )  # fmt: skip
+    assert defs["__saved_model_init_op"]["defaults"] == {}
+    (grpc_metadata,) = server.grpc({"op": "metadata", "model": "defaults"})
+    assert grpc_metadata["code"] == "OK", grpc_metadata
+    packed = grpc_metadata["signature_def"]["signature_def"]
+    assert sorted(packed) == sorted(defs)
+    assert packed["serving_default"]["defaults"]["y"]["float_val"] == [2.0]
+    assert packed["serving_default"]["inputs"]["x"]["name"] == x["name"]
 
 
 def test_every_dtype_round_trips(server: Server) -> None:

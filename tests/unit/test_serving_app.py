@@ -33,6 +33,7 @@ class HalfPlusTwo:
 
     version = 1
     warmup_records = 0
+    signature_def_map = b""
     signatures: Mapping[str, p.Signature] = {
         "serving_default": p.Signature({"x": F32}, {"y": F32}),
         "two_inputs": p.Signature({"x": F32, "scale": F32}, {"y": F32, "scaled": F32}),

@@ -37,6 +37,7 @@ class Fake:
     """A servable that answers x + version."""
 
     signatures: Mapping[str, p.Signature] = {"serving_default": p.Signature({"x": F32}, {"y": F32})}
+    signature_def_map = b""
 
     def __init__(self, version: int, warmup_records: int = 0) -> None:
         self.version = version
