@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving import repository
 from tf_entrypoint.serving.metadata import rest_body as rest_metadata
@@ -103,6 +104,20 @@ class Servable(Protocol):
         """Run a regression signature on serialized tf.Example protos (TF Serving's Regress).
 
         One value per example; errors as :meth:`classify`.
+        """
+        ...
+
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        """Run classify and regress tasks on one batch of serialized tf.Example protos
+        (TF Serving's MultiInference): one result per task, in order.
+
+        Checks first, as TF Serving does (examples.check_tasks, then "Input is
+        empty."); then the tasks' signatures run on the shared examples, in one
+        call where the servable can (TF Serving runs them in one Session::Run);
+        then each task's outputs are checked as Classify's and Regress's are.
+        Raises ApiError with TF Serving's messages.
         """
         ...
 

@@ -38,7 +38,7 @@ MAX_RANK = 32
 MAX_QUOTED = 200
 
 RequestFormat = Literal["row", "columnar"]
-Kind = Literal["status", "metadata", "predict", "classify", "regress"]
+Kind = Literal["status", "metadata", "predict", "classify", "regress", "multi_inference"]
 
 
 class ApiError(Exception):

@@ -91,8 +91,13 @@ YS = [0.2, 3.0, 0.2]
 BODY = {"context": {"y": 0.2}, "examples": [{"x": 0.1}, {"x": 1.5, "y": 3.0}, {"x": -2.25}]}
 
 
-def test_warmup_records_for_classify_and_regress_are_replayed(server: Server) -> None:
-    assert "4 warm-up record(s) replayed" in server.logs()
+def test_warmup_records_for_classify_regress_and_multi_inference_are_replayed(
+    server: Server,
+) -> None:
+    """Two of each kind (make_models.py); multi_inference_log records were skipped
+    with a warning before MultiInference was served."""
+    assert "6 warm-up record(s) replayed" in server.logs()
+    assert "for multi_inference skipped" not in server.logs()
 
 
 def test_classify(server: Server) -> None:

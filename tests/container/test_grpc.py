@@ -220,7 +220,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         {"op": "status", "model": "plus", "version": 7},
         {"op": "status", "model": "nope"},
         {"op": "health", "service": "nope"},
-        {"op": "multi_inference", "model": "plus"},
+        {"op": "multi_inference_tasks", "tasks": []},
         {"op": "big", "model": "plus", "floats": 3_000_000},
     ]  # fmt: skip
     got = [(r["code"], r["message"]) for r in server.grpc(*ops)]
@@ -243,8 +243,8 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("NOT_FOUND", "Could not find version 7 of model plus"),
         ("NOT_FOUND", "Could not find any versions of model nope"),
         ("NOT_FOUND", "unknown service 'nope'"),
-        ("UNIMPLEMENTED", "MultiInference is not supported by this server: use Predict, "
-         "Classify or Regress"),
+        # No task: no ModelSpec to find the model by (TF Serving's words).
+        ("INVALID_ARGUMENT", "ModelSpec has no name specified."),
         ("RESOURCE_EXHAUSTED", got[-1][1]),
     ]  # fmt: skip
     # 12 MB of floats against the 8 MiB limit (--max-body-bytes, REST's too).
@@ -276,6 +276,79 @@ def test_classify_and_regress(server: Server) -> None:
     assert on_predict["code"] == "INVALID_ARGUMENT"
     assert on_predict["message"].startswith("No classification inputs found in SignatureDef")
     assert (empty["code"], empty["message"]) == ("INVALID_ARGUMENT", "Input is empty.")
+
+
+CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
+
+
+def tasks(*named: tuple[str, str], model: str = "examples") -> list[dict[str, Any]]:
+    return [{"model": model, "signature": sig, "method": method} for sig, method in named]
+
+
+def test_multi_inference(server: Server) -> None:
+    """TF Serving's MultiInference: a classify and a regress task over the same
+    examples, one result per task in the request's order, each with its model spec."""
+    examples = [{"x": [0.1], "y": [0.2]}, {"x": [1.5], "y": [3.0]}, {"x": [-2.25]}]
+    (multi,) = server.grpc(
+        {
+            "op": "multi_inference_tasks",
+            "tasks": tasks(("regress", REGRESS), ("classify", CLASSIFY)),
+            "examples": examples,
+        }
+    )
+    assert (multi["code"], multi["message"]) == ("OK", ""), multi
+    regressed, classified = multi["response"]["results"]
+    pairs = [(f32(e["x"][0]), f32(e.get("y", [0.0])[0])) for e in examples]
+    assert regressed["model_spec"] == {
+        "name": "examples", "version": "1", "signature_name": "regress"
+    }  # fmt: skip
+    values = [f32(r["value"]) for r in regressed["regression_result"]["regressions"]]
+    assert values == [f32(f32(2 * x + y) + 1) for x, y in pairs]
+    assert classified["model_spec"] == {
+        "name": "examples", "version": "1", "signature_name": "classify"
+    }  # fmt: skip
+    got = [
+        [(c["label"], f32(c["score"])) for c in row["classes"]]
+        for row in classified["classification_result"]["classifications"]
+    ]
+    assert got == [[("sum", f32(x + y)), ("difference", f32(x - y))] for x, y in pairs]
+
+
+def test_multi_inference_errors_are_tf_servings(server: Server) -> None:
+    """multi_inference.cc's checks, codes and messages; the model and version are
+    the first task's."""
+    one = [{"x": [1.0]}]
+    ops: list[dict[str, Any]] = [
+        {"tasks": tasks(("regress", REGRESS)) + tasks(("classify", CLASSIFY), model="plus")},
+        {"tasks": tasks(("regress", REGRESS), ("regress", REGRESS))},
+        {"tasks": tasks(("regress", "tensorflow/serving/predict"))},
+        {"tasks": tasks(("nope", REGRESS))},
+        {"tasks": tasks(("regress", REGRESS)) + tasks(("classify", CLASSIFY), model="")},
+        {"tasks": tasks(("regress", REGRESS), ("classify", CLASSIFY)), "examples": []},
+        {"tasks": tasks(("regress", REGRESS), model="nope")},
+        {"tasks": [{"model": "examples", "version": 9, "signature": "regress",
+                    "method": REGRESS}]},
+        {"tasks": tasks(("bad_scores", CLASSIFY))},
+    ]  # fmt: skip
+    got = [
+        (r["code"], r["message"])
+        for r in server.grpc(
+            *({"op": "multi_inference_tasks", "examples": one, **op} for op in ops)
+        )
+    ]
+    assert got == [
+        ("INVALID_ARGUMENT",
+         "All ModelSpecs in a MultiInferenceRequest must access the same model name."),
+        ("INVALID_ARGUMENT", "Duplicate evaluation of signature: regress"),
+        ("UNIMPLEMENTED", "Unsupported signature method_name: tensorflow/serving/predict"),
+        ("INVALID_ARGUMENT", "Requested signature not found in model graph: nope"),
+        ("INVALID_ARGUMENT", "Found ModelSpec with an empty model name."),
+        ("INVALID_ARGUMENT", "Input is empty."),
+        ("NOT_FOUND", "Servable not found for request: Latest(nope)"),
+        ("NOT_FOUND", "Servable not found for request: Specific(examples, 9)"),
+        ("INVALID_ARGUMENT", "Expected Tensor shape: [batch_size num_classes] but got [1]"),
+    ]  # fmt: skip
+    assert "Traceback" not in server.logs()
 
 
 def test_metadata_holds_the_signature_defs_as_the_savedmodel_does(server: Server) -> None:

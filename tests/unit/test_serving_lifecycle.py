@@ -60,6 +60,16 @@ class Fake:
     def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
         return [float(self.version)] * len(examples)
 
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        return [
+            self.classify(t.signature_name, examples)
+            if t.method_name == ex.CLASSIFY_METHOD
+            else self.regress(t.signature_name, examples)
+            for t in tasks
+        ]
+
 
 class Loader:
     """Records loads; fails for the directories in `broken`."""
