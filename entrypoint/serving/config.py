@@ -115,6 +115,8 @@ class ServeConfig:
     grpc_socket_path: str | None = None
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
+    #: TF Serving's --enable_profiler: tensorflow.ProfilerService on the gRPC port.
+    enable_profiler: bool = True
     #: TF Serving's --enable_signature_method_name_check (Classify/Regress).
     enable_signature_method_name_check: bool = False
     #: What that file asks for (no Prometheus page without one).
@@ -310,8 +312,10 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("true",), why="as --xla_cpu_compilation_enabled"),
     Flag("mixed_precision", "", kind="limited", accepts=("",),
          why="mixed precision is not implemented"),
-    Flag("enable_profiler", "", kind="limited", boolean=True, accepts=("false",),
-         why="the profiler service is not served"),
+    Flag("enable_profiler", "TensorFlow's profiler service (tensorflow.ProfilerService) on "
+         "the gRPC port, as in TF Serving: TensorBoard's profile plugin and "
+         "tf.profiler.experimental.client.trace capture a trace of the server; false answers "
+         "its calls UNIMPLEMENTED", boolean=True, default="true"),
     Flag("thread_pool_factory_config_file", "", kind="limited", accepts=("",),
          why="thread pools come from the plan"),
     Flag("remove_unused_fields_from_bundle_metagraph", "", kind="noted",
@@ -722,6 +726,7 @@ def parse_config(
         grpc_socket_path=socket_path,
         grpc_channel_arguments=channel_arguments,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
+        enable_profiler=values.get("enable_profiler", _boolean, True),
         enable_signature_method_name_check=values.get(
             "enable_signature_method_name_check", _boolean, False
         ),

@@ -16,7 +16,9 @@ refused call's message is never read (docs/robustness.md, "Memory per
 request").
 
 MultiInference runs classify and regress tasks over one set of examples, as
-TF Serving's multi_inference.cc (docs/tf-serving.md).
+TF Serving's multi_inference.cc (docs/tf-serving.md). TensorFlow's profiler
+service (`tensorflow.ProfilerService`) is forwarded to TensorFlow's own
+profiler server in this process (profiler.py), unless --enable_profiler=false.
 
 Errors carry TF Serving's codes and messages: NOT_FOUND for an unknown
 model, version or label, INVALID_ARGUMENT for a bad tensor or signature,
@@ -40,7 +42,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -58,7 +60,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import channel_args, metadata, monitoring
+from tf_entrypoint.serving import channel_args, metadata, monitoring, profiler
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import Admission, ServingState
 from tf_entrypoint.serving.config import ServeConfig
@@ -81,6 +83,8 @@ METHODS = (
     "GetModelMetadata",
     "GetModelStatus",
     "HandleReloadConfigRequest",
+    *profiler.METHODS,
+    "ProfilerService",
 )
 #: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
 _INFERENCE_METHODS = {
@@ -724,6 +728,8 @@ class GrpcServer:
         self._drain = asyncio.Event()
         server = aio.server(options=server_options(config))
         handlers = _Handlers(self.state)
+        profiling = self._profiler(handlers)
+        server.add_generic_rpc_handlers((profiling,))
         add_prediction_service(PredictionService(handlers), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
         self.health = Health()
@@ -748,6 +754,29 @@ class GrpcServer:
         # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
         # would cancel them (CANCELLED) at the end of this longer wait.
         await server.stop(config.grace_period + EXIT_MARGIN + 1)
+        await profiling.close()
+
+    def _profiler(self, handlers: _Handlers) -> profiler.ProfilerHandler:
+        """tensorflow.ProfilerService on this server (TF Serving's --enable_profiler)."""
+
+        def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> Any:
+            return handlers.call(method, lambda: None, context, lambda _route: forward())
+
+        if not self.state.config.enable_profiler:
+            return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
+        try:
+            address = profiler.start_tensorflow_profiler()
+        except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
+            why = f"the profiler service could not start: {err}"
+            log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
+            return profiler.ProfilerHandler(None, why, wrap, off=False)
+        log.info(
+            "profiler: tensorflow.ProfilerService calls on the gRPC port go to TensorFlow's "
+            "profiler server in this process (port %s, every interface; "
+            "--enable_profiler=false turns both off)",
+            address.rpartition(":")[2],
+        )
+        return profiler.ProfilerHandler(address, "", wrap, off=False)
 
     async def _watch_health(self) -> None:
         while True:
