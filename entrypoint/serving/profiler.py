@@ -115,7 +115,11 @@ class ProfilerHandler(grpc.GenericRpcHandler):
                 raise p.ApiError(501, self.why, code="UNIMPLEMENTED")
             raise p.ApiError(503, self.why, code="UNAVAILABLE")
         if self._channel is None:  # made on the gRPC server's event loop
-            self._channel = aio.insecure_channel(self.upstream)
+            # Answers of any size, as TensorFlow's own profiler clients take them (a
+            # ProfileResponse can carry the trace): grpc's default would cut at 4 MiB.
+            self._channel = aio.insecure_channel(
+                self.upstream, options=[("grpc.max_receive_message_length", -1)]
+            )
         call: Any = self._channel.unary_unary(method)
         try:
             answer: bytes = await call(request, timeout=context.time_remaining())

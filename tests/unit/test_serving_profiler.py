@@ -20,6 +20,8 @@ from tf_entrypoint.serving import profiler
 from tf_entrypoint.serving import protocol as p
 
 PROFILE = "/tensorflow.ProfilerService/Profile"
+#: An answer over grpc's default 4 MiB receive limit (Monitor's, in Upstream).
+LARGE = 5 * 1024 * 1024
 
 
 class Upstream(grpc.GenericRpcHandler):
@@ -35,6 +37,8 @@ class Upstream(grpc.GenericRpcHandler):
             self.seen.append((method, request, context.time_remaining()))
             if method.endswith("/Terminate"):
                 await context.abort(grpc.StatusCode.NOT_FOUND, "no session s1")
+            if method.endswith("/Monitor"):
+                return b"m" * LARGE
             return request[::-1]
 
         return grpc.unary_unary_rpc_method_handler(answer)
@@ -56,7 +60,9 @@ async def call(
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        # A client that takes answers of any size, as TensorFlow's profiler client does.
+        unlimited = [("grpc.max_receive_message_length", -1)]
+        async with aio.insecure_channel(f"127.0.0.1:{port}", options=unlimited) as channel:
             try:
                 multicallable: Any = channel.unary_unary(method)
                 answer = await multicallable(body, timeout=timeout)
@@ -92,6 +98,14 @@ def test_calls_reach_tensorflows_profiler_as_bytes_with_their_deadline() -> None
     assert (method, seen) == (PROFILE, body)
     assert remaining is not None
     assert 0 < remaining <= 10
+
+
+def test_an_answer_over_grpcs_default_limit_comes_back_whole() -> None:
+    """TensorFlow's profiler clients take answers of any size (a ProfileResponse can
+    carry the trace); the forwarding channel must not cut them at grpc's 4 MiB."""
+    (code, answer), _ = run_with_upstream("/tensorflow.ProfilerService/Monitor", b"")
+    assert code == "OK", answer
+    assert answer == b"m" * LARGE
 
 
 def test_its_errors_come_back_with_their_code() -> None:
