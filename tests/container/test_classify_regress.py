@@ -33,8 +33,8 @@ def export_classify_regress(
     "difference"], scores [x + y, x - y]), "regress" (2x + y + V), the same
     under method predict as "regress_native", "scores_only" (scores [x, y], no
     classes), "bad_scores" (a [batch] scores output), "serving_default"
-    (predict: float "x" -> "y" = 2x + V). `warmup` adds that many classify and
-    regress warm-up records. Returns the model's directory.
+    (predict: float "x" -> "y" = 2x + V). `warmup` adds that many classify,
+    regress and multi_inference warm-up records. Returns the model's directory.
     """
     root.chmod(0o777)
     ran = containers.run(
