@@ -9,10 +9,16 @@ workers and their admission limit
 (:class:`~tf_entrypoint.serving.app.InferencePool`), the request timeout,
 the message size limit and the drain on SIGTERM.
 
-Predict, Classify and Regress take their admission place (--max-queue)
-before their message is read, as REST requests do before their body: at
-most --max-queue inference messages are held at once, and a refused call's
-message is never read (docs/robustness.md, "Memory per request").
+Predict, Classify, Regress and MultiInference take their admission place
+(--max-queue) before their message is read, as REST requests do before
+their body: at most --max-queue inference messages are held at once, and a
+refused call's message is never read (docs/robustness.md, "Memory per
+request").
+
+MultiInference runs classify and regress tasks over one set of examples, as
+TF Serving's multi_inference.cc (docs/tf-serving.md). TensorFlow's profiler
+service (`tensorflow.ProfilerService`) is forwarded to TensorFlow's own
+profiler server in this process (profiler.py), unless --enable_profiler=false.
 
 Errors carry TF Serving's codes and messages: NOT_FOUND for an unknown
 model, version or label, INVALID_ARGUMENT for a bad tensor or signature,
@@ -36,9 +42,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 from grpc import aio
@@ -54,9 +60,10 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import monitoring
+from tf_entrypoint.serving import channel_args, metadata, monitoring, profiler
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import Admission, ServingState
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
@@ -76,6 +83,8 @@ METHODS = (
     "GetModelMetadata",
     "GetModelStatus",
     "HandleReloadConfigRequest",
+    *profiler.METHODS,
+    "ProfilerService",
 )
 #: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
 _INFERENCE_METHODS = {
@@ -144,7 +153,10 @@ def route_of(kind: p.Kind, request: Any) -> p.Route:
     """The model, version or label a request's ModelSpec addresses."""
     if not request.HasField("model_spec"):
         raise p.bad_request("Missing ModelSpec")
-    spec = request.model_spec
+    return _route_of_spec(kind, request.model_spec)
+
+
+def _route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
     choice = spec.WhichOneof("version_choice")
     version = int(spec.version.value) if choice == "version" else None
     label = spec.version_label if choice == "version_label" else None
@@ -281,7 +293,7 @@ class PredictionService:
         self.h = handlers
 
     async def admitted(self, method: str, requests: Any, context: Context) -> Any:
-        """Predict, Classify or Regress: the admission place first, then the message.
+        """Predict, Classify, Regress, MultiInference: the admission place, then the message.
 
         These are registered as stream-unary methods (the same single message
         on the wire), so that grpc has not read the message when this runs; a
@@ -314,7 +326,12 @@ class PredictionService:
             if isinstance(request, p.ApiError):
                 self.h.observe(method, request.code, started, None)
                 await abort(context, request.code, request.message)
-            call = {"Predict": self.Predict, "Classify": self.Classify, "Regress": self.Regress}
+            call = {
+                "Predict": self.Predict,
+                "Classify": self.Classify,
+                "Regress": self.Regress,
+                "MultiInference": self.MultiInference,
+            }
             return await call[method](request, context, admission)
         finally:
             admission.close()
@@ -359,9 +376,13 @@ class PredictionService:
             with self.h.manager.lease(route) as version:
                 response = get_model_metadata_pb2.GetModelMetadataResponse()
                 _model_spec(response.model_spec, route.model, version.number, "")
-                response.metadata["signature_def"].Pack(
-                    signature_def_map(_servable(version).signatures)
-                )
+                servable = _servable(version)
+                packed = response.metadata["signature_def"]
+                if servable.signature_def_map:  # the SavedModel's own, as they are
+                    packed.type_url = metadata.TYPE_URL
+                    packed.value = servable.signature_def_map
+                else:
+                    packed.Pack(signature_def_map(servable.signatures))
             return response
 
         return await self.h.call(
@@ -407,10 +428,7 @@ class PredictionService:
             if kind == "classify":
                 classes = servable.classify(name, serialized)
                 response = classification_pb2.ClassificationResponse()
-                for pairs in classes:
-                    entry = response.result.classifications.add()
-                    for label, score in pairs:
-                        entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+                _classifications(response.result, classes)
             else:
                 values = servable.regress(name, serialized)
                 response = regression_pb2.RegressionResponse()
@@ -421,14 +439,46 @@ class PredictionService:
             _model_spec(response.model_spec, route.model, version.number, name)
         return response
 
-    async def MultiInference(self, request: Any, context: Context) -> Any:
-        def answer(route: p.Route | None) -> Any:
-            raise p.ApiError(
-                501,
-                "MultiInference is not supported by this server: use Predict, Classify or Regress",
-            )
+    async def MultiInference(
+        self, request: Any, context: Context, admission: Admission | None = None
+    ) -> Any:
+        """Classify and Regress tasks over one set of examples (TF Serving's
+        multi_inference_helper.cc): the version is the first task's ModelSpec's."""
 
-        return await self.h.call("MultiInference", lambda: None, context, answer)
+        async def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101
+            work = functools.partial(self._multi_inference, route, request)
+            return await self.h.infer(route, context, work, admission)
+
+        return await self.h.call(
+            "MultiInference", lambda: multi_inference_route(request), context, answer
+        )
+
+    def _multi_inference(self, route: p.Route, request: Any) -> Any:
+        """On a worker: every task on the request's examples, one result per task."""
+        from tf_entrypoint.serving import examples  # noqa: PLC0415
+
+        serialized = examples.serialized_examples(
+            request.input, limit=self.h.state.limits.expansion
+        )
+        tasks = examples.tasks_of(request)
+        with self.h.manager.lease(route) as version:
+            started = time.perf_counter()
+            results = _servable(version).multi_inference(tasks, serialized)
+            model = self.h.state.model_label(route)
+            self.h.metrics.inference.labels(model).observe(time.perf_counter() - started)
+            self.h.metrics.examples_counted(model, len(serialized))
+            response = inference_pb2.MultiInferenceResponse()
+            for task, result in zip(tasks, results, strict=True):
+                entry = response.results.add()
+                name = task.signature_name or p.DEFAULT_SIGNATURE
+                _model_spec(entry.model_spec, task.model, version.number, name)
+                if task.method_name == examples.CLASSIFY_METHOD:
+                    _classifications(entry.classification_result, cast("Classes", result))
+                else:
+                    for value in cast("list[float]", result):
+                        entry.regression_result.regressions.add(value=value)
+        return response
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
@@ -510,7 +560,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
 
 def add_prediction_service(service: PredictionService, server: aio.Server) -> None:
     """Register TF Serving's PredictionService (what its generated stub's helper does),
-    with Predict, Classify and Regress as stream-unary methods (see PredictionService.admitted).
+    with Predict, Classify, Regress and MultiInference as stream-unary methods (see
+    PredictionService.admitted).
     """
 
     def admitted(method: str, request: Any, response: Any) -> Any:
@@ -544,8 +595,8 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
         "Regress": admitted(
             "Regress", regression_pb2.RegressionRequest, regression_pb2.RegressionResponse
         ),
-        "MultiInference": unary(
-            service.MultiInference,
+        "MultiInference": admitted(
+            "MultiInference",
             inference_pb2.MultiInferenceRequest,
             inference_pb2.MultiInferenceResponse,
         ),
@@ -564,6 +615,26 @@ def _servable(version: Version) -> Any:
     servable = version.servable
     assert servable is not None  # noqa: S101 - AVAILABLE versions have one
     return servable
+
+
+#: Per example, its classes (label, score): a classification's result.
+Classes = Sequence[Sequence[tuple[bytes, float]]]
+
+
+def _classifications(result: Any, classes: Classes) -> None:
+    """A ClassificationResult: per example its classes (label, score)."""
+    for pairs in classes:
+        entry = result.classifications.add()
+        for label, score in pairs:
+            entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+
+
+def multi_inference_route(request: Any) -> p.Route:
+    """What a MultiInferenceRequest addresses: its first task's ModelSpec (TF Serving's
+    GetModelSpecFromRequest; none, or no name, is its "ModelSpec has no name specified.")."""
+    if not request.tasks or not request.tasks[0].model_spec.name:
+        raise p.bad_request("ModelSpec has no name specified.")
+    return _route_of_spec("multi_inference", request.tasks[0].model_spec)
 
 
 def _model_spec(spec: Any, name: str, version: int, signature_name: str) -> None:
@@ -616,6 +687,18 @@ class Health(health_pb2_grpc.HealthServicer):
                 if self._closed:
                     return
                 await self._changed.wait()
+
+
+def server_options(config: ServeConfig) -> list[tuple[str, int | str]]:
+    """grpc's options: the message limit (--max-body-bytes; a response has none, as in
+    TF Serving), no SO_REUSEPORT (a second server on the port is an error, not a
+    silent split of the connections), then --grpc_channel_arguments, which win."""
+    ours: tuple[tuple[str, int | str], ...] = (
+        ("grpc.max_receive_message_length", config.max_body_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    )
+    return channel_args.server_options(ours, config.grpc_channel_arguments)
 
 
 class GrpcServer:
@@ -681,14 +764,10 @@ class GrpcServer:
     async def _serve(self) -> None:
         config = self.state.config
         self._drain = asyncio.Event()
-        server = aio.server(
-            options=[
-                ("grpc.max_receive_message_length", config.max_body_bytes),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        server = aio.server(options=server_options(config))
         handlers = _Handlers(self.state)
+        profiling = self._profiler(handlers)
+        server.add_generic_rpc_handlers((profiling,))
         add_prediction_service(PredictionService(handlers), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
         self.health = Health()
@@ -713,6 +792,29 @@ class GrpcServer:
         # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
         # would cancel them (CANCELLED) at the end of this longer wait.
         await server.stop(config.grace_period + EXIT_MARGIN + 1)
+        await profiling.close()
+
+    def _profiler(self, handlers: _Handlers) -> profiler.ProfilerHandler:
+        """tensorflow.ProfilerService on this server (TF Serving's --enable_profiler)."""
+
+        def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> Any:
+            return handlers.call(method, lambda: None, context, lambda _route: forward())
+
+        if not self.state.config.enable_profiler:
+            return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
+        try:
+            address = profiler.start_tensorflow_profiler()
+        except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
+            why = f"the profiler service could not start: {err}"
+            log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
+            return profiler.ProfilerHandler(None, why, wrap, off=False)
+        log.info(
+            "profiler: tensorflow.ProfilerService calls on the gRPC port go to TensorFlow's "
+            "profiler server in this process (port %s, every interface; "
+            "--enable_profiler=false turns both off)",
+            address.rpartition(":")[2],
+        )
+        return profiler.ProfilerHandler(address, "", wrap, off=False)
 
     async def _watch_health(self) -> None:
         while True:

@@ -31,16 +31,35 @@ what the operation adds}. Operations ({"op": ...}):
   the server counts it in flight (REST's /metrics on 127.0.0.1:8501), `ops`
   run; then the message is sent. The result: "admitted" (whether it was
   counted within 30 s), "results" (of ops), "held" (the held call's result).
+- predict_typed: predict with each input's values in its typed field
+  (float_val...), as TF Serving's own tests write them, not tensor_content.
+- multi_inference_tasks: tasks [{model, version|label, signature, method}]
+  over examples [{feature: [floats]}].
+- via: address, ops: the ops in order on a channel to that address (such as
+  unix:/PATH, TF Serving's --grpc_socket_path).
+- channel_idle: seconds; a Health check, then the channel's connectivity
+  states until it goes IDLE (the server closed the connection: GOAWAY, as
+  grpc.max_connection_age_ms makes it) or the seconds pass.
+- raw: method (a full gRPC method path), body (text, sent as bytes), timeout;
+  the answer's bytes are left out, their length is "size".
+- profile: logdir, duration_ms, attempts, predict (a predict_typed op);
+  TensorFlow's own profiler client (profiler_client.trace, as TensorBoard's
+  profile plugin calls it) against the gRPC port while the predict runs
+  again and again; the result adds the predicts' codes and a summary of
+  each trace written under logdir (the server writes it there: mount it
+  at the same path in both containers).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import json
 import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -396,6 +415,116 @@ def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return {"code": "OK", "admitted": admitted, "results": results, "held": outcome}
 
 
+def op_predict_typed(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = predict_pb2.PredictRequest()
+    spec(request, op)
+    for name, tensor in op.get("inputs", {}).items():
+        dtype = tensor.get("dtype", "float32")
+        array = np.array(tensor["values"], dtype=dtype)
+        if "shape" in tensor:
+            array = array.reshape(tensor["shape"])
+        request.inputs[name].CopyFrom(typed_fields(array, dtype))
+    request.output_filter.extend(op.get("output_filter", []))
+    code, message, response = call(stubs.predictions.Predict, request, op.get("timeout", 60))
+    extra: dict[str, Any] = {}
+    if response is not None:
+        extra["outputs"] = {k: tf.make_ndarray(v).tolist() for k, v in response.outputs.items()}
+    return result(code, message, response, **extra)
+
+
+def _examples(target: Any, examples: list[dict[str, list[float]]]) -> None:
+    for features in examples:
+        example = target.example_list.examples.add()
+        for key, values in features.items():
+            example.features.feature[key].float_list.value.extend(values)
+
+
+def op_multi_inference_tasks(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    request = inference_pb2.MultiInferenceRequest()
+    for task in op["tasks"]:
+        added = request.tasks.add()
+        spec(added, task)
+        added.method_name = task["method"]
+    _examples(request.input, op.get("examples", []))
+    return result(*call(stubs.predictions.MultiInference, request, op.get("timeout", 60)))
+
+
+def op_via(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    other = Stubs(op["address"])
+    return {"code": "OK", "results": [OPERATIONS[o["op"]](other, o) for o in op["ops"]]}
+
+
+def op_channel_idle(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    fresh = Stubs(stubs.address)
+    code, message, _ = call(fresh.health.Check, health_pb2.HealthCheckRequest(), 10)
+    if code != "OK":
+        return {"code": code, "message": message, "seen": []}
+    began = time.monotonic()
+    seen: list[list[Any]] = []
+    idle = threading.Event()
+
+    def changed(state: grpc.ChannelConnectivity) -> None:
+        seen.append([state.name, round(time.monotonic() - began, 2)])
+        if state == grpc.ChannelConnectivity.IDLE:
+            idle.set()
+
+    fresh.channel.subscribe(changed)
+    idle.wait(op["seconds"])
+    fresh.channel.unsubscribe(changed)
+    return {"code": "OK", "message": "", "seen": seen}
+
+
+def _trace_summary(logdir: Path) -> dict[str, Any]:
+    """Each *.xplane.pb under logdir: its planes, with their event counts."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415 - TensorFlow's own
+
+    traces: dict[str, Any] = {}
+    for path in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(path.read_bytes())
+        traces[str(path.relative_to(logdir))] = {
+            plane.name: sum(len(line.events) for line in plane.lines) for plane in space.planes
+        }
+    return traces
+
+
+def op_profile(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    from tensorflow.python.profiler import profiler_client  # noqa: PLC0415 - TensorBoard's call
+
+    stop = threading.Event()
+    codes: list[str] = []
+
+    def load() -> None:
+        predicting = Stubs(stubs.address)
+        while not stop.is_set():
+            codes.append(op_predict_typed(predicting, op["predict"])["code"])
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    code, message = "OK", ""
+    try:
+        profiler_client.trace(
+            stubs.address, op["logdir"], op.get("duration_ms", 1000), "", op.get("attempts", 10)
+        )
+    except Exception as err:  # noqa: BLE001 - the client's error is the answer
+        code, message = type(err).__name__, str(err)
+    finally:
+        stop.set()
+        thread.join()
+    return {
+        "code": code,
+        "message": message,
+        "predicts": dict(collections.Counter(codes)),
+        "traces": _trace_summary(Path(op["logdir"])),
+    }
+
+
+def op_raw(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    method: Any = stubs.channel.unary_unary(op["method"])  # bytes in, bytes out
+    code, message, answer = call(method, op.get("body", "").encode(), op.get("timeout", 60))
+    return {"code": code, "message": message, "size": None if answer is None else len(answer)}
+
+
 OPERATIONS = {
     "watch": op_watch,
     "parallel": op_parallel,
@@ -414,6 +543,12 @@ OPERATIONS = {
     "predict_proto": op_predict_proto,
     "examples_context": op_examples_context,
     "hold_then": op_hold_then,
+    "predict_typed": op_predict_typed,
+    "multi_inference_tasks": op_multi_inference_tasks,
+    "via": op_via,
+    "channel_idle": op_channel_idle,
+    "profile": op_profile,
+    "raw": op_raw,
 }
 
 

@@ -10,6 +10,9 @@
   exists (gates.py): a predict that stays in flight until the test opens its
   gate, however fast the CPU. An empty gate (the server's warm-up on zeros)
   is not held.
+- DIR/defaults/1: serving_default takes x (float32 [None]) and y (float32 [],
+  default 2.0: a tf.function's default argument, which TensorFlow 2.13+
+  writes into the SignatureDef's `defaults`) and returns z = x * y.
 """
 
 from __future__ import annotations
@@ -54,6 +57,19 @@ def main(directory: Path) -> int:
     module.serve = gated
     tf.saved_model.save(
         module, str(directory / "gated" / "1"), signatures={"serving_default": gated}
+    )
+
+    def scaled(x: Any, y: Any = tf.constant(2.0)) -> dict[str, Any]:  # noqa: B008 - TF's default
+        return {"z": x * y}
+
+    with_default = tf.function(
+        scaled,
+        input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)],
+    )
+    module = tf.Module()
+    module.serve = with_default
+    tf.saved_model.save(
+        module, str(directory / "defaults" / "1"), signatures={"serving_default": with_default}
     )
     return 0
 
