@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from tf_entrypoint.serving import channel_args
 from tf_entrypoint.serving.batching import BatchingParameters, read_batching_parameters
 from tf_entrypoint.serving.model_config import (
     ConfigError,
@@ -114,10 +115,16 @@ class ServeConfig:
     grpc_socket_path: str | None = None
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
+    #: TF Serving's --enable_profiler: tensorflow.ProfilerService on the gRPC port.
+    enable_profiler: bool = True
     #: TF Serving's --enable_signature_method_name_check (Classify/Regress).
     enable_signature_method_name_check: bool = False
     #: What that file asks for (no Prometheus page without one).
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    #: TF Serving's --grpc_channel_arguments, checked (channel_args.py).
+    grpc_channel_arguments: channel_args.ChannelArguments = field(
+        default_factory=channel_args.ChannelArguments
+    )
     #: TF Serving's --enable_batching: its parameters (from
     #: --batching_parameters_file, else the defaults); None when off.
     batching: BatchingParameters | None = None
@@ -270,8 +277,11 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("false",), why="CORS headers are not sent; add them in a proxy in front"),
     Flag("enable_grpc_healthcheck_service", "the standard gRPC health service", kind="limited",
          boolean=True, accepts=("true",), why="it is always served"),
-    Flag("grpc_channel_arguments", "", kind="limited", accepts=("",),
-         why="gRPC channel arguments are not implemented"),
+    Flag("grpc_channel_arguments", "gRPC server arguments, TF Serving's comma-separated "
+         "key=value list (e.g. grpc.max_connection_age_ms=2000): a whole number is passed as "
+         "an integer; a key that is not one of grpc's channel arguments, or a value of the "
+         "wrong type, is refused; grpc.max_receive_message_length is --max-body-bytes's",
+         default="none"),
     Flag("use_alts_credentials", "", kind="limited", boolean=True, accepts=("false",),
          why="ALTS is not implemented"),
     Flag("ssl_config_file", "", kind="limited", accepts=("",),
@@ -302,8 +312,10 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("true",), why="as --xla_cpu_compilation_enabled"),
     Flag("mixed_precision", "", kind="limited", accepts=("",),
          why="mixed precision is not implemented"),
-    Flag("enable_profiler", "", kind="limited", boolean=True, accepts=("false",),
-         why="the profiler service is not served"),
+    Flag("enable_profiler", "TensorFlow's profiler service (tensorflow.ProfilerService) on "
+         "the gRPC port, as in TF Serving: TensorBoard's profile plugin and "
+         "tf.profiler.experimental.client.trace capture a trace of the server; false answers "
+         "its calls UNIMPLEMENTED", boolean=True, default="true"),
     Flag("thread_pool_factory_config_file", "", kind="limited", accepts=("",),
          why="thread pools come from the plan"),
     Flag("remove_unused_fields_from_bundle_metagraph", "", kind="noted",
@@ -656,6 +668,11 @@ def parse_config(
             "--rest_api_timeout_in_ms and --request-timeout are both given: they are the same "
             "limit (milliseconds and seconds); give one"
         )
+    try:
+        channel_arguments = channel_args.parse(given.get("grpc_channel_arguments", ""))
+    except ValueError as err:
+        raise UsageError(f"--grpc_channel_arguments: {err}") from None
+    notes.extend(f"--grpc_channel_arguments: {note}" for note in channel_arguments.notes)
     timeout = values.get("request-timeout", _seconds, DEFAULT_REQUEST_TIMEOUT)
     timeout = values.get("rest_api_timeout_in_ms", _milliseconds, timeout)
     budget = budget or cpu_budget(env)
@@ -707,7 +724,9 @@ def parse_config(
         monitoring=prometheus,
         batching=batching,
         grpc_socket_path=socket_path,
+        grpc_channel_arguments=channel_arguments,
         enable_model_warmup=values.get("enable_model_warmup", _boolean, True),
+        enable_profiler=values.get("enable_profiler", _boolean, True),
         enable_signature_method_name_check=values.get(
             "enable_signature_method_name_check", _boolean, False
         ),

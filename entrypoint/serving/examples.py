@@ -330,6 +330,74 @@ def check_regression_signature(
         raise p.bad_request(f"No regression outputs found in SignatureDef: {text}")
 
 
+@dataclass(frozen=True)
+class Task:
+    """One task of a MultiInference request: its ModelSpec's name and
+    signature_name ("" = serving_default), and its method_name."""
+
+    model: str
+    signature_name: str
+    method_name: str
+
+
+def tasks_of(request: Any) -> list[Task]:
+    """A tensorflow.serving.MultiInferenceRequest's tasks."""
+    return [
+        Task(task.model_spec.name, task.model_spec.signature_name, task.method_name)
+        for task in request.tasks
+    ]
+
+
+#: One task's result: a classification (Classifications) or a regression (one value
+#: per example), as its method_name says.
+TaskResult = Classifications | list[float]
+
+
+def check_tasks(
+    tasks: Sequence[Task],
+    signatures: Mapping[str, p.Signature],
+    texts: Mapping[str, str],
+    *,
+    method_name_check: bool = False,
+) -> list[str]:
+    """MultiInference's checks (TF Serving's multi_inference.cc), task by task in its
+    order: a model name, the same for every task; each signature once, in the model;
+    classify or regress, with that method's signature checks (and the method_name
+    check of --enable_signature_method_name_check). The signature name of each task.
+
+    `texts`: each SignatureDef's text, quoted in the signature checks' errors.
+    INVALID_ARGUMENT, but UNIMPLEMENTED for a method that is neither.
+    """
+    model = ""
+    names: list[str] = []
+    for task in tasks:
+        if not task.model:
+            raise p.bad_request("Found ModelSpec with an empty model name.")
+        if not model:
+            model = task.model
+        elif task.model != model:
+            raise p.bad_request(
+                "All ModelSpecs in a MultiInferenceRequest must access the same model name."
+            )
+        name = task.signature_name or p.DEFAULT_SIGNATURE
+        if name in names:
+            raise p.bad_request(f"Duplicate evaluation of signature: {name}")
+        names.append(name)
+        signature = signatures.get(name)
+        if signature is None:
+            raise p.bad_request(f"Requested signature not found in model graph: {name}")
+        text = texts.get(name, name)
+        if task.method_name == CLASSIFY_METHOD:
+            check_classification_signature(signature, text, method_name_check=method_name_check)
+        elif task.method_name == REGRESS_METHOD:
+            check_regression_signature(signature, text, method_name_check=method_name_check)
+        else:
+            raise p.ApiError(
+                501, f"Unsupported signature method_name: {task.method_name}", code="UNIMPLEMENTED"
+            )
+    return names
+
+
 def check_examples(examples: Sequence[bytes]) -> None:
     if not examples:
         raise p.bad_request("Input is empty.")

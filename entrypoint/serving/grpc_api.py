@@ -9,10 +9,16 @@ workers and their admission limit
 (:class:`~tf_entrypoint.serving.app.InferencePool`), the request timeout,
 the message size limit and the drain on SIGTERM.
 
-Predict, Classify and Regress take their admission place (--max-queue)
-before their message is read, as REST requests do before their body: at
-most --max-queue inference messages are held at once, and a refused call's
-message is never read (docs/robustness.md, "Memory per request").
+Predict, Classify, Regress and MultiInference take their admission place
+(--max-queue) before their message is read, as REST requests do before
+their body: at most --max-queue inference messages are held at once, and a
+refused call's message is never read (docs/robustness.md, "Memory per
+request").
+
+MultiInference runs classify and regress tasks over one set of examples, as
+TF Serving's multi_inference.cc (docs/tf-serving.md). TensorFlow's profiler
+service (`tensorflow.ProfilerService`) is forwarded to TensorFlow's own
+profiler server in this process (profiler.py), unless --enable_profiler=false.
 
 Errors carry TF Serving's codes and messages: NOT_FOUND for an unknown
 model, version or label, INVALID_ARGUMENT for a bad tensor or signature,
@@ -36,9 +42,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 from grpc import aio
@@ -54,9 +60,10 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import monitoring
+from tf_entrypoint.serving import channel_args, metadata, monitoring, profiler
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving.app import Admission, ServingState
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
 from tf_entrypoint.serving.lifecycle import Version
 from tf_entrypoint.serving.model_config import ConfigError, config_from_message
@@ -76,6 +83,8 @@ METHODS = (
     "GetModelMetadata",
     "GetModelStatus",
     "HandleReloadConfigRequest",
+    *profiler.METHODS,
+    "ProfilerService",
 )
 #: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
 _INFERENCE_METHODS = {
@@ -93,25 +102,61 @@ _SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 _STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
 
 
-#: Characters of a status message: grpc's clients refuse a call whose trailers
-#: pass 8 to 16 kB, so an error quoting a request's 100 kB model name reached
-#: the client as "received metadata size exceeds hard limit" instead.
-MAX_STATUS_MESSAGE = 2000
+#: Bytes a status message may take on the wire. grpc percent-encodes the
+#: message in the trailers (every byte outside printable ASCII, and "%", takes
+#: three), and its clients refuse a call whose trailers pass 8 kB (soft) to
+#: 16 kB (hard): an error quoting a request's 100 kB model name, or 2,000
+#: non-ASCII characters (12 bytes each encoded), reached the client as
+#: "received metadata size exceeds ... limit" instead of its own code.
+MAX_STATUS_MESSAGE_BYTES = 6000
+
+
+def _wire_bytes(char: str) -> int:
+    if " " <= char <= "~" and char != "%":
+        return 1
+    return 3 * len(char.encode("utf-8", "surrogatepass"))
 
 
 def status_message(message: str) -> str:
-    """`message` cut to MAX_STATUS_MESSAGE characters (percent-encoded, at most three
-    bytes each on the wire)."""
-    if len(message) <= MAX_STATUS_MESSAGE:
+    """`message`, cut (ending in "...") so that it takes at most
+    MAX_STATUS_MESSAGE_BYTES percent-encoded."""
+    if len(message) * 12 <= MAX_STATUS_MESSAGE_BYTES:  # fits whatever its characters
         return message
-    return message[: MAX_STATUS_MESSAGE - 3] + "..."
+    budget = MAX_STATUS_MESSAGE_BYTES - 3
+    used = 0
+    for index, char in enumerate(message):
+        used += _wire_bytes(char)
+        if used > budget:
+            return message[:index] + "..."
+    return message
+
+
+async def abort(context: Context, code: str, message: str) -> NoReturn:
+    """End the call with `code` and `message` (cut to fit the trailers).
+
+    A call whose client has already gone (its deadline passed a moment before
+    the server's own timer, or it cancelled) cannot take a status any more:
+    grpc's abort then fails inside its C core with ExecuteBatchError, which
+    grpc would log with a traceback; the call ends as cancelled instead.
+    """
+    if not context.done():
+        try:
+            await context.abort(grpc.StatusCode[code], status_message(message))
+        except aio.AbortError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the status could not be sent: the call is gone
+            log.debug("gRPC call ended before its %s status could be sent: %s", code, err)
+    raise asyncio.CancelledError
 
 
 def route_of(kind: p.Kind, request: Any) -> p.Route:
     """The model, version or label a request's ModelSpec addresses."""
     if not request.HasField("model_spec"):
         raise p.bad_request("Missing ModelSpec")
-    spec = request.model_spec
+    return _route_of_spec(kind, request.model_spec)
+
+
+def _route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
     choice = spec.WhichOneof("version_choice")
     version = int(spec.version.value) if choice == "version" else None
     label = spec.version_label if choice == "version_label" else None
@@ -202,7 +247,7 @@ class _Handlers:
             code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
         self.observe(method, code, started, target)
         if code != "OK":
-            await context.abort(grpc.StatusCode[code], status_message(message))
+            await abort(context, code, message)
         return response
 
     async def infer(
@@ -248,7 +293,7 @@ class PredictionService:
         self.h = handlers
 
     async def admitted(self, method: str, requests: Any, context: Context) -> Any:
-        """Predict, Classify or Regress: the admission place first, then the message.
+        """Predict, Classify, Regress, MultiInference: the admission place, then the message.
 
         These are registered as stream-unary methods (the same single message
         on the wire), so that grpc has not read the message when this runs; a
@@ -263,7 +308,7 @@ class PredictionService:
             admission = self.h.state.pool.admit()
         except p.ApiError as err:
             self.h.observe(method, err.code, started, None)
-            await context.abort(grpc.StatusCode[err.code], err.message)
+            await abort(context, err.code, err.message)
         try:
             try:
                 with cutoff.track():  # a message still arriving when the grace period ends
@@ -280,8 +325,13 @@ class PredictionService:
                 request = p.bad_request(f"{method}: no request message was received")
             if isinstance(request, p.ApiError):
                 self.h.observe(method, request.code, started, None)
-                await context.abort(grpc.StatusCode[request.code], request.message)
-            call = {"Predict": self.Predict, "Classify": self.Classify, "Regress": self.Regress}
+                await abort(context, request.code, request.message)
+            call = {
+                "Predict": self.Predict,
+                "Classify": self.Classify,
+                "Regress": self.Regress,
+                "MultiInference": self.MultiInference,
+            }
             return await call[method](request, context, admission)
         finally:
             admission.close()
@@ -326,9 +376,13 @@ class PredictionService:
             with self.h.manager.lease(route) as version:
                 response = get_model_metadata_pb2.GetModelMetadataResponse()
                 _model_spec(response.model_spec, route.model, version.number, "")
-                response.metadata["signature_def"].Pack(
-                    signature_def_map(_servable(version).signatures)
-                )
+                servable = _servable(version)
+                packed = response.metadata["signature_def"]
+                if servable.signature_def_map:  # the SavedModel's own, as they are
+                    packed.type_url = metadata.TYPE_URL
+                    packed.value = servable.signature_def_map
+                else:
+                    packed.Pack(signature_def_map(servable.signatures))
             return response
 
         return await self.h.call(
@@ -374,10 +428,7 @@ class PredictionService:
             if kind == "classify":
                 classes = servable.classify(name, serialized)
                 response = classification_pb2.ClassificationResponse()
-                for pairs in classes:
-                    entry = response.result.classifications.add()
-                    for label, score in pairs:
-                        entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+                _classifications(response.result, classes)
             else:
                 values = servable.regress(name, serialized)
                 response = regression_pb2.RegressionResponse()
@@ -388,14 +439,46 @@ class PredictionService:
             _model_spec(response.model_spec, route.model, version.number, name)
         return response
 
-    async def MultiInference(self, request: Any, context: Context) -> Any:
-        def answer(route: p.Route | None) -> Any:
-            raise p.ApiError(
-                501,
-                "MultiInference is not supported by this server: use Predict, Classify or Regress",
-            )
+    async def MultiInference(
+        self, request: Any, context: Context, admission: Admission | None = None
+    ) -> Any:
+        """Classify and Regress tasks over one set of examples (TF Serving's
+        multi_inference_helper.cc): the version is the first task's ModelSpec's."""
 
-        return await self.h.call("MultiInference", lambda: None, context, answer)
+        async def answer(route: p.Route | None) -> Any:
+            assert route is not None  # noqa: S101
+            work = functools.partial(self._multi_inference, route, request)
+            return await self.h.infer(route, context, work, admission)
+
+        return await self.h.call(
+            "MultiInference", lambda: multi_inference_route(request), context, answer
+        )
+
+    def _multi_inference(self, route: p.Route, request: Any) -> Any:
+        """On a worker: every task on the request's examples, one result per task."""
+        from tf_entrypoint.serving import examples  # noqa: PLC0415
+
+        serialized = examples.serialized_examples(
+            request.input, limit=self.h.state.limits.expansion
+        )
+        tasks = examples.tasks_of(request)
+        with self.h.manager.lease(route) as version:
+            started = time.perf_counter()
+            results = _servable(version).multi_inference(tasks, serialized)
+            model = self.h.state.model_label(route)
+            self.h.metrics.inference.labels(model).observe(time.perf_counter() - started)
+            self.h.metrics.examples_counted(model, len(serialized))
+            response = inference_pb2.MultiInferenceResponse()
+            for task, result in zip(tasks, results, strict=True):
+                entry = response.results.add()
+                name = task.signature_name or p.DEFAULT_SIGNATURE
+                _model_spec(entry.model_spec, task.model, version.number, name)
+                if task.method_name == examples.CLASSIFY_METHOD:
+                    _classifications(entry.classification_result, cast("Classes", result))
+                else:
+                    for value in cast("list[float]", result):
+                        entry.regression_result.regressions.add(value=value)
+        return response
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
@@ -477,12 +560,20 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
 
 def add_prediction_service(service: PredictionService, server: aio.Server) -> None:
     """Register TF Serving's PredictionService (what its generated stub's helper does),
-    with Predict, Classify and Regress as stream-unary methods (see PredictionService.admitted).
+    with Predict, Classify, Regress and MultiInference as stream-unary methods (see
+    PredictionService.admitted).
     """
 
     def admitted(method: str, request: Any, response: Any) -> Any:
+        # A coroutine function, not functools.partial: grpc awaits what
+        # inspect.iscoroutinefunction recognises, and Python 3.10's does not
+        # see through a partial of a bound method (grpc then ran it on a thread
+        # and tried to serialise the coroutine it returned).
+        async def handler(requests: Any, context: Context) -> Any:
+            return await service.admitted(method, requests, context)
+
         return grpc.stream_unary_rpc_method_handler(
-            functools.partial(service.admitted, method),
+            handler,
             request_deserializer=request.FromString,
             response_serializer=response.SerializeToString,
         )
@@ -504,8 +595,8 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
         "Regress": admitted(
             "Regress", regression_pb2.RegressionRequest, regression_pb2.RegressionResponse
         ),
-        "MultiInference": unary(
-            service.MultiInference,
+        "MultiInference": admitted(
+            "MultiInference",
             inference_pb2.MultiInferenceRequest,
             inference_pb2.MultiInferenceResponse,
         ),
@@ -524,6 +615,26 @@ def _servable(version: Version) -> Any:
     servable = version.servable
     assert servable is not None  # noqa: S101 - AVAILABLE versions have one
     return servable
+
+
+#: Per example, its classes (label, score): a classification's result.
+Classes = Sequence[Sequence[tuple[bytes, float]]]
+
+
+def _classifications(result: Any, classes: Classes) -> None:
+    """A ClassificationResult: per example its classes (label, score)."""
+    for pairs in classes:
+        entry = result.classifications.add()
+        for label, score in pairs:
+            entry.classes.add(label=label.decode("utf-8", "replace"), score=score)
+
+
+def multi_inference_route(request: Any) -> p.Route:
+    """What a MultiInferenceRequest addresses: its first task's ModelSpec (TF Serving's
+    GetModelSpecFromRequest; none, or no name, is its "ModelSpec has no name specified.")."""
+    if not request.tasks or not request.tasks[0].model_spec.name:
+        raise p.bad_request("ModelSpec has no name specified.")
+    return _route_of_spec("multi_inference", request.tasks[0].model_spec)
 
 
 def _model_spec(spec: Any, name: str, version: int, signature_name: str) -> None:
@@ -562,9 +673,7 @@ class Health(health_pb2_grpc.HealthServicer):
     async def Check(self, request: Any, context: Context) -> Any:
         status = self._status.get(request.service)
         if status is None:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, status_message(f"unknown service {request.service!r}")
-            )
+            await abort(context, "NOT_FOUND", f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: Context) -> None:
@@ -578,6 +687,18 @@ class Health(health_pb2_grpc.HealthServicer):
                 if self._closed:
                     return
                 await self._changed.wait()
+
+
+def server_options(config: ServeConfig) -> list[tuple[str, int | str]]:
+    """grpc's options: the message limit (--max-body-bytes; a response has none, as in
+    TF Serving), no SO_REUSEPORT (a second server on the port is an error, not a
+    silent split of the connections), then --grpc_channel_arguments, which win."""
+    ours: tuple[tuple[str, int | str], ...] = (
+        ("grpc.max_receive_message_length", config.max_body_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    )
+    return channel_args.server_options(ours, config.grpc_channel_arguments)
 
 
 class GrpcServer:
@@ -643,14 +764,10 @@ class GrpcServer:
     async def _serve(self) -> None:
         config = self.state.config
         self._drain = asyncio.Event()
-        server = aio.server(
-            options=[
-                ("grpc.max_receive_message_length", config.max_body_bytes),
-                ("grpc.max_send_message_length", -1),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        server = aio.server(options=server_options(config))
         handlers = _Handlers(self.state)
+        profiling = self._profiler(handlers)
+        server.add_generic_rpc_handlers((profiling,))
         add_prediction_service(PredictionService(handlers), server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
         self.health = Health()
@@ -675,6 +792,29 @@ class GrpcServer:
         # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
         # would cancel them (CANCELLED) at the end of this longer wait.
         await server.stop(config.grace_period + EXIT_MARGIN + 1)
+        await profiling.close()
+
+    def _profiler(self, handlers: _Handlers) -> profiler.ProfilerHandler:
+        """tensorflow.ProfilerService on this server (TF Serving's --enable_profiler)."""
+
+        def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> Any:
+            return handlers.call(method, lambda: None, context, lambda _route: forward())
+
+        if not self.state.config.enable_profiler:
+            return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
+        try:
+            address = profiler.start_tensorflow_profiler()
+        except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
+            why = f"the profiler service could not start: {err}"
+            log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
+            return profiler.ProfilerHandler(None, why, wrap, off=False)
+        log.info(
+            "profiler: tensorflow.ProfilerService calls on the gRPC port go to TensorFlow's "
+            "profiler server in this process (port %s, every interface; "
+            "--enable_profiler=false turns both off)",
+            address.rpartition(":")[2],
+        )
+        return profiler.ProfilerHandler(address, "", wrap, off=False)
 
     async def _watch_health(self) -> None:
         while True:

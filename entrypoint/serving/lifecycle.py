@@ -26,8 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from tf_entrypoint.serving import examples as ex
 from tf_entrypoint.serving import protocol as p
 from tf_entrypoint.serving import repository
+from tf_entrypoint.serving.metadata import rest_body as rest_metadata
 from tf_entrypoint.serving.model_config import (
     ConfigError,
     ModelSpec,
@@ -58,6 +60,13 @@ class Servable(Protocol):
 
     @property
     def signatures(self) -> Mapping[str, p.Signature]: ...
+
+    @property
+    def signature_def_map(self) -> bytes:
+        """The SavedModel's SignatureDefs as they are, a serialized
+        tensorflow.serving.SignatureDefMap (GetModelMetadata's answer, metadata.py);
+        b"": none, the metadata is written from `signatures`."""
+        ...
 
     @property
     def warmup_records(self) -> int:
@@ -95,6 +104,20 @@ class Servable(Protocol):
         """Run a regression signature on serialized tf.Example protos (TF Serving's Regress).
 
         One value per example; errors as :meth:`classify`.
+        """
+        ...
+
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        """Run classify and regress tasks on one batch of serialized tf.Example protos
+        (TF Serving's MultiInference): one result per task, in order.
+
+        Checks first, as TF Serving does (examples.check_tasks, then "Input is
+        empty."); then the tasks' signatures run on the shared examples, in one
+        call where the servable can (TF Serving runs them in one Session::Run);
+        then each task's outputs are checked as Classify's and Regress's are.
+        Raises ApiError with TF Serving's messages.
         """
         ...
 
@@ -480,7 +503,7 @@ class Manager:
         started = time.monotonic()
         try:
             servable = self._loader(version.path, version.number)
-            metadata = p.encode(p.metadata_body(name, version.number, servable.signatures))
+            metadata = p.encode(rest_metadata(name, version.number, servable))
         except Exception as err:
             seconds = time.monotonic() - started
             log.debug("loading %s failed", version.path, exc_info=True)

@@ -227,6 +227,12 @@ class Metrics:
         """
         self.tfserving.runtime_done(model_name, api, seconds)
 
+    def examples_counted(self, model_name: str, count: int) -> None:
+        """The examples of one MultiInference request (TF Serving's
+        request_example_counts and request_example_count_total, which only
+        MultiInference records)."""
+        self.tfserving.examples_counted(model_name, count)
+
     # -- lifecycle.Events
 
     def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None:

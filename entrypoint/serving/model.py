@@ -148,6 +148,18 @@ def _signatures(graph: Any) -> dict[str, p.Signature]:
     }
 
 
+def _signature_def_map(graph: Any) -> bytes:
+    """The MetaGraph's SignatureDefs, every one as it is, as a serialized
+    tensorflow.serving.SignatureDefMap (TF Serving's get_model_metadata_impl.cc)."""
+    from tensorflow_serving.apis import get_model_metadata_pb2  # noqa: PLC0415
+
+    message = get_model_metadata_pb2.SignatureDefMap()
+    for name, definition in graph.signature_def.items():
+        message.signature_def[name].CopyFrom(definition)
+    serialized: bytes = message.SerializeToString()
+    return serialized
+
+
 def _to_numpy(tensor: p.Tensor) -> Any:
     """A REST input (validated) as a NumPy array of its dtype.
 
@@ -452,6 +464,8 @@ def _output(outputs: Mapping[str, Any], key: str) -> p.Tensor | None:
     return _from_tf(key, value)
 
 
+#: The outputs a MultiInference task fetches, by its method (as Classify and Regress do).
+_TASK_OUTPUTS = {ex.CLASSIFY_METHOD: (ex.CLASSES, ex.SCORES), ex.REGRESS_METHOD: (ex.OUTPUTS,)}
 _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(_FLOATS, 0.0)}
 
 
@@ -871,6 +885,8 @@ class TensorFlowServable:
         self._method_name_check = method_name_check
         self._bundle, graph = open_saved_model(directory)
         self._signatures = _signatures(graph)
+        #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
+        self.signature_def_map = _signature_def_map(graph)
         #: Each SignatureDef's text (C++ DebugString), quoted by TF Serving's errors.
         self._signature_texts = {name: str(sig) for name, sig in graph.signature_def.items()}
         if isinstance(self._bundle, _FunctionBundle):
@@ -1066,6 +1082,38 @@ class TensorFlowServable:
             raise p.bad_request(f"Could not find output tensor '{ex.OUTPUTS}'")
         return ex.regression_result(len(examples), output)
 
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        """MultiInference (TF Serving's multi_inference.cc): every task checked, then
+        each task's signature run on the shared examples, then each result checked.
+
+        The signatures run one after the other here (a signature appears once,
+        duplicates are refused); TF Serving runs them in one Session::Run.
+        """
+        names = ex.check_tasks(
+            tasks,
+            self._signatures,
+            self._signature_texts,
+            method_name_check=self._method_name_check,
+        )
+        ex.check_examples(examples)
+        outputs = [
+            self._run_examples(name, examples, _TASK_OUTPUTS[task.method_name])
+            for task, name in zip(tasks, names, strict=True)
+        ]
+        results: list[ex.TaskResult] = []
+        for task, out in zip(tasks, outputs, strict=True):
+            if task.method_name == ex.CLASSIFY_METHOD:
+                classes, scores = _output(out, ex.CLASSES), _output(out, ex.SCORES)
+                results.append(ex.classification_result(len(examples), classes, scores))
+                continue
+            output = _output(out, ex.OUTPUTS)
+            if output is None:  # the function lost an output its SignatureDef declares
+                raise p.bad_request(f"Could not find output tensor '{ex.OUTPUTS}'")
+            results.append(ex.regression_result(len(examples), output))
+        return results
+
     def _run_examples(
         self, name: str, examples: Sequence[bytes], wanted: Sequence[str]
     ) -> Mapping[str, Any]:
@@ -1104,7 +1152,7 @@ class TensorFlowServable:
     def _replay(self, path: Path) -> int:
         from tensorflow_serving.apis import prediction_log_pb2  # noqa: PLC0415
 
-        replayed = skipped = 0
+        replayed = 0
         with _quiet():
             records = tf.compat.v1.io.tf_record_iterator(str(path))
         for index, record in enumerate(records):
@@ -1122,9 +1170,16 @@ class TensorFlowServable:
                 self._replay_examples(index, path, log_entry)
                 replayed += 1
                 continue
-            if kind != "predict_log":
-                # MultiInference is not served: nothing to warm.
-                skipped += 1
+            if kind == "multi_inference_log":
+                self._replay_multi_inference(index, path, log_entry)
+                replayed += 1
+                continue
+            if kind in ("session_run_log", "predict_streamed_log"):  # as TF Serving
+                number = log_entry.DESCRIPTOR.fields_by_name[kind].number
+                raise ValueError(
+                    f"warm-up record {index} of {path}: Unsupported log_type for warmup: {number}"
+                )
+            if kind != "predict_log":  # none set: nothing to run, as in TF Serving
                 continue
             request = log_entry.predict_log.request
             name = request.model_spec.signature_name or DEFAULT_SIGNATURE
@@ -1138,13 +1193,6 @@ class TensorFlowServable:
             except p.ApiError as err:
                 raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
             replayed += 1
-        if skipped:
-            log.warning(
-                "%s: %d warm-up record(s) for multi_inference skipped "
-                "(predict, classify and regress are served)",
-                path,
-                skipped,
-            )
         return replayed
 
     def _replay_examples(self, index: int, path: Path, log_entry: Any) -> None:
@@ -1158,6 +1206,16 @@ class TensorFlowServable:
                 request = log_entry.regress_log.request
                 examples = ex.serialized_examples(request.input, limit=self._expansion)
                 self.regress(request.model_spec.signature_name, examples)
+        except p.ApiError as err:
+            raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
+
+    def _replay_multi_inference(self, index: int, path: Path, log_entry: Any) -> None:
+        """One multi_inference_log warm-up record (TF Serving runs it as a request,
+        whatever model its tasks name, as long as they name one)."""
+        request = log_entry.multi_inference_log.request
+        try:
+            examples = ex.serialized_examples(request.input, limit=self._expansion)
+            self.multi_inference(ex.tasks_of(request), examples)
         except p.ApiError as err:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 

@@ -169,6 +169,8 @@ def exponential_buckets(scale: float, growth_factor: float, count: int) -> tuple
 #: Scale 10, power 1.8, 33 buckets (~20 minutes in microseconds): the buckets
 #: of request_latency, runtime_latency and model_warmup_latency.
 LATENCY_BUCKETS_US = exponential_buckets(10, 1.8, 33)
+#: Scale 1, power 2, 15 buckets: request_example_counts' (1, 2, 4, ... 16384, then DBL_MAX).
+EXAMPLE_COUNT_BUCKETS = exponential_buckets(1, 2, 15)
 
 
 def _number(value: float) -> str:
@@ -322,6 +324,13 @@ class TFServingMetrics:
         self.model_warmup_records_read = Counter(
             "/tensorflow/serving/model_warmup_records_read", ["model_path", "status"]
         )
+        # Recorded by MultiInference only (multi_inference.cc RecordRequestExampleCount).
+        self.request_example_counts = Sampler(
+            "/tensorflow/serving/request_example_counts", ["model"], EXAMPLE_COUNT_BUCKETS
+        )
+        self.request_example_count_total = Counter(
+            "/tensorflow/serving/request_example_count_total", ["model"]
+        )
         self._all: list[_Metric] = sorted(
             (
                 self.load_attempt_count,
@@ -331,6 +340,8 @@ class TFServingMetrics:
                 self.runtime_latency,
                 self.model_warmup_latency,
                 self.model_warmup_records_read,
+                self.request_example_counts,
+                self.request_example_count_total,
             ),
             key=lambda m: m.name,  # TensorFlow's registry is a std::map by name
         )
@@ -345,6 +356,11 @@ class TFServingMetrics:
 
     def runtime_done(self, model_name: str, api: str, seconds: float) -> None:
         self.runtime_latency.add((model_name, api, RUNTIME), _microseconds(seconds))
+
+    def examples_counted(self, model_name: str, count: int) -> None:
+        """One MultiInference request's examples (TF Serving's RecordRequestExampleCount)."""
+        self.request_example_counts.add((model_name,), count)
+        self.request_example_count_total.increment((model_name,), count)
 
     def saved_model_loaded(
         self,

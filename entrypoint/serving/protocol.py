@@ -39,7 +39,7 @@ MAX_RANK = 32
 MAX_QUOTED = 200
 
 RequestFormat = Literal["row", "columnar"]
-Kind = Literal["status", "metadata", "predict", "classify", "regress"]
+Kind = Literal["status", "metadata", "predict", "classify", "regress", "multi_inference"]
 
 
 class ApiError(Exception):
@@ -832,25 +832,25 @@ def status_body(versions: Sequence[VersionStatus]) -> dict[str, Any]:
 
 
 def tensor_info(spec: TensorSpec) -> dict[str, Any]:
+    """A TensorInfo as TF Serving's REST metadata writes it: fields in field order."""
     dims = [] if spec.shape is None else [{"size": str(d), "name": ""} for d in spec.shape]
     return {
+        "name": spec.tensor_name,
         "dtype": spec.dtype,
         "tensor_shape": {"dim": dims, "unknown_rank": spec.shape is None},
-        "name": spec.tensor_name,
     }
 
 
-def metadata_body(model: str, version: int, signatures: Mapping[str, Signature]) -> dict[str, Any]:
-    """GET /v1/models/NAME/metadata as TF Serving answers it."""
+def signature_def_map_json(signatures: Mapping[str, Signature]) -> dict[str, Any]:
+    """A SignatureDefMap as TF Serving's REST metadata writes it, from what `signatures`
+    hold (metadata.py writes a servable's own SignatureDefs, when it has them)."""
     defs = {
         name: {
             "inputs": {key: tensor_info(spec) for key, spec in sorted(sig.inputs.items())},
             "outputs": {key: tensor_info(spec) for key, spec in sorted(sig.outputs.items())},
             "method_name": sig.method_name,
+            "defaults": {},
         }
         for name, sig in sorted(signatures.items())
     }
-    return {
-        "model_spec": {"name": model, "signature_name": "", "version": str(version)},
-        "metadata": {"signature_def": {"signature_def": defs}},
-    }
+    return {"signature_def": defs}

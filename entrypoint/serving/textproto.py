@@ -21,7 +21,10 @@ class ConfigError(Exception):
 
 
 def parse(text: str, message: Any, path: Path) -> Any:
-    """Fill `message` from `text`, or ConfigError 'PATH:LINE:COLUMN: what protobuf says'."""
+    """Fill `message` from `text`, or ConfigError in TF Serving's words, then where:
+    'Error parsing text-format tensorflow.serving.ModelServerConfig: PATH:LINE:COLUMN:
+    what protobuf says' (protobuf's C++ parser logs 'Error parsing text-format
+    FULL_NAME: LINE:COLUMN: ...' when TF Serving's ParseProtoTextFile fails)."""
     from google.protobuf import text_format  # noqa: PLC0415 - only when a file is given
 
     try:
@@ -29,10 +32,11 @@ def parse(text: str, message: Any, path: Path) -> Any:
     except text_format.ParseError as err:
         line, column = err.GetLine(), err.GetColumn()
         detail = str(err)
+        prefix = f"Error parsing text-format {message.DESCRIPTOR.full_name}"
         if line is not None:
             detail = re.sub(r"^\d+:\d+ : ", "", detail)
-            raise ConfigError(f"{path}:{line}:{column}: {detail}") from None
-        raise ConfigError(f"{path}: {detail}") from None
+            raise ConfigError(f"{prefix}: {path}:{line}:{column}: {detail}") from None
+        raise ConfigError(f"{prefix}: {path}: {detail}") from None
     return message
 
 

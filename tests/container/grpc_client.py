@@ -40,6 +40,8 @@ what the operation adds}. Operations ({"op": ...}):
 - channel_idle: seconds; a Health check, then the channel's connectivity
   states until it goes IDLE (the server closed the connection: GOAWAY, as
   grpc.max_connection_age_ms makes it) or the seconds pass.
+- raw: method (a full gRPC method path), body (text, sent as bytes), timeout;
+  the answer's bytes are left out, their length is "size".
 - profile: logdir, duration_ms, attempts, predict (a predict_typed op);
   TensorFlow's own profiler client (profiler_client.trace, as TensorBoard's
   profile plugin calls it) against the gRPC port while the predict runs
@@ -517,6 +519,12 @@ def op_profile(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def op_raw(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    method: Any = stubs.channel.unary_unary(op["method"])  # bytes in, bytes out
+    code, message, answer = call(method, op.get("body", "").encode(), op.get("timeout", 60))
+    return {"code": code, "message": message, "size": None if answer is None else len(answer)}
+
+
 OPERATIONS = {
     "watch": op_watch,
     "parallel": op_parallel,
@@ -540,6 +548,7 @@ OPERATIONS = {
     "via": op_via,
     "channel_idle": op_channel_idle,
     "profile": op_profile,
+    "raw": op_raw,
 }
 
 

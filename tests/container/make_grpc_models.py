@@ -13,6 +13,9 @@
 - DIR/matmul/1: serving_default takes x (float32 [None, 2]) and returns
   y = x @ [[1], [1]] (each row's sum, [None, 1]): a graph that refuses a
   shape its MatMul cannot take (InvalidArgument "Matrix size-incompatible").
+- DIR/defaults/1: serving_default takes x (float32 [None]) and y (float32 [],
+  default 2.0: a tf.function's default argument, which TensorFlow 2.13+
+  writes into the SignatureDef's `defaults`) and returns z = x * y.
 """
 
 from __future__ import annotations
@@ -67,6 +70,19 @@ def main(directory: Path) -> int:
     module.serve = row_sums
     tf.saved_model.save(
         module, str(directory / "matmul" / "1"), signatures={"serving_default": row_sums}
+    )
+
+    def scaled(x: Any, y: Any = tf.constant(2.0)) -> dict[str, Any]:  # noqa: B008 - TF's default
+        return {"z": x * y}
+
+    with_default = tf.function(
+        scaled,
+        input_signature=[tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.float32)],
+    )
+    module = tf.Module()
+    module.serve = with_default
+    tf.saved_model.save(
+        module, str(directory / "defaults" / "1"), signatures={"serving_default": with_default}
     )
     return 0
 

@@ -27,8 +27,9 @@ required) and "y" (float, default 0):
 - bad_scores (classify): scores x + y of shape [batch], which TF Serving rejects;
 - serving_default (predict): float "x" [batch] -> "y" = 2x + V.
 
-Its --warmup N records are N classify requests, then N regress requests, each
-of one example x = i.
+Its --warmup N records are N classify requests, N regress requests, then N
+multi_inference requests (a classify and a regress task), each of one example
+x = i.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def classify_regress(directory: Path, versions: list[int], warmup: int) -> int:
     import tensorflow as tf  # noqa: PLC0415
     from tensorflow_serving.apis import (  # noqa: PLC0415
         classification_pb2,
+        inference_pb2,
         prediction_log_pb2,
         regression_pb2,
     )
@@ -169,6 +171,18 @@ def classify_regress(directory: Path, versions: list[int], warmup: int) -> int:
                         example.features.feature["x"].float_list.value.append(float(i))
                         target.CopyFrom(request)
                         writer.write(log.SerializeToString())
+                for i in range(warmup):
+                    multi = inference_pb2.MultiInferenceRequest()
+                    for method in ("classify", "regress"):
+                        task = multi.tasks.add()
+                        task.model_spec.name = "model"
+                        task.model_spec.signature_name = method
+                        task.method_name = f"tensorflow/serving/{method}"
+                    example = multi.input.example_list.examples.add()
+                    example.features.feature["x"].float_list.value.append(float(i))
+                    log = prediction_log_pb2.PredictionLog()
+                    log.multi_inference_log.request.CopyFrom(multi)
+                    writer.write(log.SerializeToString())
         os.rename(staging, directory / str(version))
     return 0
 

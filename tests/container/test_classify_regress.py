@@ -33,8 +33,8 @@ def export_classify_regress(
     "difference"], scores [x + y, x - y]), "regress" (2x + y + V), the same
     under method predict as "regress_native", "scores_only" (scores [x, y], no
     classes), "bad_scores" (a [batch] scores output), "serving_default"
-    (predict: float "x" -> "y" = 2x + V). `warmup` adds that many classify and
-    regress warm-up records. Returns the model's directory.
+    (predict: float "x" -> "y" = 2x + V). `warmup` adds that many classify,
+    regress and multi_inference warm-up records. Returns the model's directory.
     """
     root.chmod(0o777)
     ran = containers.run(
@@ -91,8 +91,13 @@ YS = [0.2, 3.0, 0.2]
 BODY = {"context": {"y": 0.2}, "examples": [{"x": 0.1}, {"x": 1.5, "y": 3.0}, {"x": -2.25}]}
 
 
-def test_warmup_records_for_classify_and_regress_are_replayed(server: Server) -> None:
-    assert "4 warm-up record(s) replayed" in server.logs()
+def test_warmup_records_for_classify_regress_and_multi_inference_are_replayed(
+    server: Server,
+) -> None:
+    """Two of each kind (make_models.py); multi_inference_log records were skipped
+    with a warning before MultiInference was served."""
+    assert "6 warm-up record(s) replayed" in server.logs()
+    assert "for multi_inference skipped" not in server.logs()
 
 
 def test_classify(server: Server) -> None:

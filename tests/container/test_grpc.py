@@ -5,8 +5,10 @@ The server runs under --cpus 1 with gRPC on 8500 and REST on 8501. The client
 make_tensor_proto/make_ndarray) runs in a second container of the same image
 that shares the server's network namespace, as a sidecar would. Models:
 plus/1 and plus/2 (y = x + V, from make_models.py), dtypes/1 (identity for
-every dtype) and gated/1 (answers once the test opens the gate the call names,
-gates.py), from make_grpc_models.py.
+every dtype), gated/1 (answers once the test opens the gate the call names,
+gates.py) and defaults/1 (an input with a default value), from
+make_grpc_models.py; examples/1 (classify and regress signatures, from
+test_classify_regress.py).
 
 No test here assumes a CPU's speed: a call that must stay in flight is a
 gated/1 call, held until the test opens its gate, and each step waits for the
@@ -43,6 +45,7 @@ model_config_list {
   config { name: "gated" base_path: "/models/gated" }
   config { name: "examples" base_path: "/models/examples" }
   config { name: "matmul" base_path: "/models/matmul" }
+  config { name: "defaults" base_path: "/models/defaults" }
 }
 """
 
@@ -218,7 +221,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         {"op": "status", "model": "plus", "version": 7},
         {"op": "status", "model": "nope"},
         {"op": "health", "service": "nope"},
-        {"op": "multi_inference", "model": "plus"},
+        {"op": "multi_inference_tasks", "tasks": []},
         {"op": "big", "model": "plus", "floats": 3_000_000},
     ]  # fmt: skip
     got = [(r["code"], r["message"]) for r in server.grpc(*ops)]
@@ -240,8 +243,8 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("NOT_FOUND", "Could not find version 7 of model plus"),
         ("NOT_FOUND", "Could not find any versions of model nope"),
         ("NOT_FOUND", "unknown service 'nope'"),
-        ("UNIMPLEMENTED", "MultiInference is not supported by this server: use Predict, "
-         "Classify or Regress"),
+        # No task: no ModelSpec to find the model by (TF Serving's words).
+        ("INVALID_ARGUMENT", "ModelSpec has no name specified."),
         ("RESOURCE_EXHAUSTED", got[-1][1]),
     ]  # fmt: skip
     # A shape the graph cannot take gets TensorFlow's own error with its code, as
@@ -301,6 +304,119 @@ def test_classify_and_regress(server: Server) -> None:
     assert on_predict["code"] == "INVALID_ARGUMENT"
     assert on_predict["message"].startswith("No classification inputs found in SignatureDef")
     assert (empty["code"], empty["message"]) == ("INVALID_ARGUMENT", "Input is empty.")
+
+
+CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
+
+
+def tasks(*named: tuple[str, str], model: str = "examples") -> list[dict[str, Any]]:
+    return [{"model": model, "signature": sig, "method": method} for sig, method in named]
+
+
+def test_multi_inference(server: Server) -> None:
+    """TF Serving's MultiInference: a classify and a regress task over the same
+    examples, one result per task in the request's order, each with its model spec."""
+    examples = [{"x": [0.1], "y": [0.2]}, {"x": [1.5], "y": [3.0]}, {"x": [-2.25]}]
+    (multi,) = server.grpc(
+        {
+            "op": "multi_inference_tasks",
+            "tasks": tasks(("regress", REGRESS), ("classify", CLASSIFY)),
+            "examples": examples,
+        }
+    )
+    assert (multi["code"], multi["message"]) == ("OK", ""), multi
+    regressed, classified = multi["response"]["results"]
+    pairs = [(f32(e["x"][0]), f32(e.get("y", [0.0])[0])) for e in examples]
+    assert regressed["model_spec"] == {
+        "name": "examples", "version": "1", "signature_name": "regress"
+    }  # fmt: skip
+    values = [f32(r["value"]) for r in regressed["regression_result"]["regressions"]]
+    assert values == [f32(f32(2 * x + y) + 1) for x, y in pairs]
+    assert classified["model_spec"] == {
+        "name": "examples", "version": "1", "signature_name": "classify"
+    }  # fmt: skip
+    got = [
+        [(c["label"], f32(c["score"])) for c in row["classes"]]
+        for row in classified["classification_result"]["classifications"]
+    ]
+    assert got == [[("sum", f32(x + y)), ("difference", f32(x - y))] for x, y in pairs]
+
+
+def test_multi_inference_errors_are_tf_servings(server: Server) -> None:
+    """multi_inference.cc's checks, codes and messages; the model and version are
+    the first task's."""
+    one = [{"x": [1.0]}]
+    ops: list[dict[str, Any]] = [
+        {"tasks": tasks(("regress", REGRESS)) + tasks(("classify", CLASSIFY), model="plus")},
+        {"tasks": tasks(("regress", REGRESS), ("regress", REGRESS))},
+        {"tasks": tasks(("regress", "tensorflow/serving/predict"))},
+        {"tasks": tasks(("nope", REGRESS))},
+        {"tasks": tasks(("regress", REGRESS)) + tasks(("classify", CLASSIFY), model="")},
+        {"tasks": tasks(("regress", REGRESS), ("classify", CLASSIFY)), "examples": []},
+        {"tasks": tasks(("regress", REGRESS), model="nope")},
+        {"tasks": [{"model": "examples", "version": 9, "signature": "regress",
+                    "method": REGRESS}]},
+        {"tasks": tasks(("bad_scores", CLASSIFY))},
+    ]  # fmt: skip
+    got = [
+        (r["code"], r["message"])
+        for r in server.grpc(
+            *({"op": "multi_inference_tasks", "examples": one, **op} for op in ops)
+        )
+    ]
+    assert got == [
+        ("INVALID_ARGUMENT",
+         "All ModelSpecs in a MultiInferenceRequest must access the same model name."),
+        ("INVALID_ARGUMENT", "Duplicate evaluation of signature: regress"),
+        ("UNIMPLEMENTED", "Unsupported signature method_name: tensorflow/serving/predict"),
+        ("INVALID_ARGUMENT", "Requested signature not found in model graph: nope"),
+        ("INVALID_ARGUMENT", "Found ModelSpec with an empty model name."),
+        ("INVALID_ARGUMENT", "Input is empty."),
+        ("NOT_FOUND", "Servable not found for request: Latest(nope)"),
+        ("NOT_FOUND", "Servable not found for request: Specific(examples, 9)"),
+        ("INVALID_ARGUMENT", "Expected Tensor shape: [batch_size num_classes] but got [1]"),
+    ]  # fmt: skip
+    assert "Traceback" not in server.logs()
+
+
+def test_metadata_holds_the_signature_defs_as_the_savedmodel_does(server: Server) -> None:
+    """REST and gRPC metadata of a signature with a default input (TensorFlow 2.13+
+    writes it into the SignatureDef's `defaults`): as TF Serving answers, the
+    default's TensorProto, `"defaults": {}` where there is none, and TensorFlow's
+    own __saved_model_init_op signature."""
+    rest = httpx2.get(f"{server.rest}/v1/models/defaults/metadata", timeout=10)
+    assert rest.status_code == 200, rest.text
+    body = rest.json()
+    assert list(body) == ["model_spec", "metadata"]
+    assert list(body["model_spec"].items()) == [
+        ("name", "defaults"), ("version", "1"), ("signature_name", "")
+    ]  # fmt: skip
+    defs = body["metadata"]["signature_def"]["signature_def"]
+    assert sorted(defs) == ["__saved_model_init_op", "serving_default"]
+    serving = defs["serving_default"]
+    assert list(serving) == ["inputs", "outputs", "method_name", "defaults"]
+    assert serving["method_name"] == "tensorflow/serving/predict"
+    x = serving["inputs"]["x"]
+    assert list(x) == ["name", "dtype", "tensor_shape"]
+    assert (x["dtype"], x["tensor_shape"]) == (
+        "DT_FLOAT", {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    )  # fmt: skip
+    assert serving["inputs"]["y"]["tensor_shape"] == {"dim": [], "unknown_rank": False}
+    default = serving["defaults"]["y"]
+    assert default["dtype"] == "DT_FLOAT"
+    assert default["float_val"] == [2.0]
+    assert default["tensor_shape"] == {"dim": [], "unknown_rank": False}
+    # Every field without presence is printed, as TF Serving's printer does.
+    assert (default["version_number"], default["tensor_content"], default["int_val"]) == (
+        0, "", []
+    )  # fmt: skip
+    assert defs["__saved_model_init_op"]["defaults"] == {}
+    (grpc_metadata,) = server.grpc({"op": "metadata", "model": "defaults"})
+    assert grpc_metadata["code"] == "OK", grpc_metadata
+    packed = grpc_metadata["signature_def"]["signature_def"]
+    assert sorted(packed) == sorted(defs)
+    assert packed["serving_default"]["defaults"]["y"]["float_val"] == [2.0]
+    assert packed["serving_default"]["inputs"]["x"]["name"] == x["name"]
 
 
 def test_every_dtype_round_trips(server: Server) -> None:

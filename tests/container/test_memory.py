@@ -278,20 +278,29 @@ def test_a_grpc_context_cannot_multiply_either(server: Server) -> None:
 
 
 def test_an_error_quoting_a_long_request_string_still_reaches_the_client(server: Server) -> None:
-    """A 40 kB model name or metadata field: the error, cut to 2,000 characters,
-    instead of grpc's 'received metadata size exceeds hard limit'."""
+    """A 40 kB model name or metadata field, or 2,000 non-ASCII characters
+    (12 bytes each once grpc percent-encodes them): the error, cut to 6,000
+    bytes on the wire, instead of grpc's 'received metadata size exceeds ...
+    limit' (which the soak benchmark met with the non-ASCII name)."""
     name = "m" * 40_000
-    missing, field = server.grpc(
+    missing, field, accented = server.grpc(
         {"op": "predict", "model": name, "inputs": {"x": {"values": [1.0]}}},
         {"op": "metadata", "model": "plus", "fields": ["f" * 40_000]},
+        {"op": "predict", "model": "\u00fc" * 2_000, "inputs": {"x": {"values": [1.0]}}},
     )
     assert missing["code"] == "NOT_FOUND", missing
     assert missing["message"].startswith("Servable not found for request: Latest(mmm")
-    assert len(missing["message"]) == 2000
+    assert len(missing["message"]) == 6000
     assert missing["message"].endswith("m...")
     assert field["code"] == "INVALID_ARGUMENT", field
     assert field["message"].startswith("Metadata field fff")
-    assert len(field["message"]) == 2000
+    assert len(field["message"]) == 6000
+    assert accented["code"] == "NOT_FOUND", accented
+    assert accented["message"].startswith("Servable not found for request: Latest(\u00fc")
+    assert accented["message"].endswith("\u00fc...")
+    text = accented["message"]
+    wire = sum(1 if " " <= c <= "~" and c != "%" else 3 * len(c.encode()) for c in text)
+    assert 5900 < wire <= 6000
     survived(server)
 
 

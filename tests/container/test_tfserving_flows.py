@@ -823,6 +823,21 @@ def test_prometheus_endpoint(harness: ModelServer) -> None:
     assert "# TYPE" in page.text
 
 
+def test_without_the_profiler_its_calls_say_so(containers: Containers, models: Path) -> None:
+    """--enable_profiler=false (TF Serving's flag): the service's methods answer
+    UNIMPLEMENTED naming the flag, not grpc's bare "Method not found"."""
+    with model_server(
+        containers,
+        models,
+        "--model_name=default",
+        "--model_base_path=/models/half_plus_two",
+        "--enable_profiler=false",
+    ) as server:
+        (profile,) = server.grpc({"op": "raw", "method": "/tensorflow.ProfilerService/Profile"})
+    assert profile["code"] == "UNIMPLEMENTED", profile
+    assert "--enable_profiler=false" in profile["message"], profile
+
+
 def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) -> None:
     """test_profiler_service_with_valid_trace_request, and what it is for: TensorFlow's
     own profiler client (profiler_client.trace, which TensorBoard's profile plugin
@@ -853,3 +868,4 @@ def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) 
     assert any(planes.get("/host:CPU", 0) > 0 for planes in traces.values()), traces
     written = sorted(str(p.relative_to(logs)) for p in logs.glob("plugins/profile/*/*.xplane.pb"))
     assert written == sorted(traces)
+    assert "tensorflow.ProfilerService calls on the gRPC port go to" in harness.logs()

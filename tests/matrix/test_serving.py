@@ -15,7 +15,7 @@ README, "The matrix in CI".
 The cell's TensorFlow 2.12 has Keras 2, which the image (Keras 3) cannot
 export with: here a Keras 2 model saved its four usual ways is loaded by the
 server's loader, each as a Session bundle (issue 22;
-docs/tf-serving-loading.md, "Which exports load").
+docs/tf-serving.md, "Which exports load").
 """
 
 from __future__ import annotations

@@ -147,8 +147,43 @@ def test_bad_files_name_the_file_line_and_field(tmp_path: Path, text: str, expec
     with pytest.raises(ConfigError) as caught:
         read_model_config(path)
     message = str(caught.value)
-    assert message.startswith(str(path))
+    # What protobuf cannot parse is said in TF Serving's words first (test below).
+    assert message.removeprefix(SYNTAX).startswith(str(path))
     assert expected % {"root": tmp_path, "path": path} in message
+
+
+#: TF Serving's words for a file protobuf cannot parse (ParseProtoTextFile: protobuf's
+#: C++ parser logs them); its tests and users grep for them.
+SYNTAX = "Error parsing text-format tensorflow.serving.ModelServerConfig: "
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("improperly formatted file", ":1:1: "),
+        ("model_config_list {\n config {\n nme: 'a' } }", ":3:2: "),
+        ("model_config_list { config { name: 'a' ", ":1:"),
+        (
+            "model_config_list { config { name: 'a' base_path: '/' "
+            "model_version_policy { latest { num_versions: -2 } } } }",
+            ":1:",
+        ),
+    ],
+)
+def test_what_protobuf_cannot_parse_is_said_as_tf_serving_says_it(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        read_model_config(path)
+    assert str(caught.value).startswith(f"{SYNTAX}{path}{where}")
+
+
+def test_what_protobuf_parses_is_not_said_to_be_a_parse_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "model_config_list {}")
+    with pytest.raises(ConfigError) as caught:
+        read_model_config(path)
+    assert str(caught.value).startswith(f"{path}: no models")
 
 
 def test_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:

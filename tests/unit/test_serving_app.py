@@ -33,6 +33,7 @@ class HalfPlusTwo:
 
     version = 1
     warmup_records = 0
+    signature_def_map = b""
     signatures: Mapping[str, p.Signature] = {
         "serving_default": p.Signature({"x": F32}, {"y": F32}),
         "two_inputs": p.Signature({"x": F32, "scale": F32}, {"y": F32, "scaled": F32}),
@@ -79,6 +80,20 @@ class HalfPlusTwo:
         ex.check_examples(examples)
         values = [0.5 * self._x(example) + 2 for example in examples]
         return ex.regression_result(len(values), p.Tensor("DT_FLOAT", (len(values),), values))
+
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        """The tasks one after the other, after MultiInference's checks."""
+        names = ex.check_tasks(tasks, self.signatures, {})
+        ex.check_examples(examples)
+        results: list[ex.TaskResult] = []
+        for task, name in zip(tasks, names, strict=True):
+            if task.method_name == ex.CLASSIFY_METHOD:
+                results.append(self.classify(name, examples))
+            else:
+                results.append(self.regress(name, examples))
+        return results
 
     @staticmethod
     def _x(serialized: bytes) -> float:

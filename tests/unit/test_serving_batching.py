@@ -389,10 +389,12 @@ def test_the_parameters_file_is_tf_servings_text_format() -> None:
     [
         (
             "max_batch_size: 8",
+            "Error parsing text-format tensorflow.serving.BatchingParameters: "
             """/etc/batching.txt:1:17: 'max_batch_size: 8': Expected "{".""",
         ),
         (
             "\nmax_batch { value: 8 }",
+            "Error parsing text-format tensorflow.serving.BatchingParameters: "
             "/etc/batching.txt:2:1: Message type "
             '"tensorflow.serving.BatchingParameters" has no field named "max_batch".',
         ),

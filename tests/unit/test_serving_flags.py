@@ -181,7 +181,10 @@ def test_batching_is_off_by_default_and_on_with_the_flag_or_variable(tmp_path: P
 def test_a_bad_batching_parameters_file_is_a_config_error(tmp_path: Path) -> None:
     params = tmp_path / "batching.txt"
     params.write_text("max_batch_size { value: 8 }\nmax_batch_sise { value: 8 }\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(params))}:2:1: .*max_batch_sise"):
+    syntax = "Error parsing text-format tensorflow.serving.BatchingParameters: "
+    with pytest.raises(
+        ConfigError, match=rf"^{syntax}{re.escape(str(params))}:2:1: .*max_batch_sise"
+    ):
         parse("--enable_batching", f"--batching_parameters_file={params}")
     with pytest.raises(ConfigError, match="cannot read the batching parameters file"):
         parse("--enable_batching", f"--batching_parameters_file={tmp_path / 'none'}")

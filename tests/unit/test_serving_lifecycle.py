@@ -37,6 +37,7 @@ class Fake:
     """A servable that answers x + version."""
 
     signatures: Mapping[str, p.Signature] = {"serving_default": p.Signature({"x": F32}, {"y": F32})}
+    signature_def_map = b""
 
     def __init__(self, version: int, warmup_records: int = 0) -> None:
         self.version = version
@@ -58,6 +59,16 @@ class Fake:
 
     def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
         return [float(self.version)] * len(examples)
+
+    def multi_inference(
+        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
+    ) -> list[ex.TaskResult]:
+        return [
+            self.classify(t.signature_name, examples)
+            if t.method_name == ex.CLASSIFY_METHOD
+            else self.regress(t.signature_name, examples)
+            for t in tasks
+        ]
 
 
 class Loader:

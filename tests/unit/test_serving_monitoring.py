@@ -72,12 +72,20 @@ def test_config_file(tmp_path: Path, text: str, page: str | None) -> None:
     assert monitoring.read_monitoring_config(path) == monitoring.MonitoringConfig(page, path)
 
 
+#: TF Serving's words for a file protobuf cannot parse (ParseProtoTextFile).
+SYNTAX = "Error parsing text-format tensorflow.serving.MonitoringConfig: "
+
+
 @pytest.mark.parametrize(
     ("text", "where", "message"),
     [
-        ("prometheus_config {\n  enable: true\n  port: 9090\n}", ":3:3:", 'no field named "port"'),
-        ("prometheus_config { enable: yes }", ":1:", "enable"),
-        ("prometheus_config { enable: true", ":1:", 'Expected "}"'),
+        (
+            "prometheus_config {\n  enable: true\n  port: 9090\n}",
+            f"{SYNTAX}PATH:3:3:",
+            'no field named "port"',
+        ),
+        ("prometheus_config { enable: yes }", f"{SYNTAX}PATH:1:", "enable"),
+        ("prometheus_config { enable: true", f"{SYNTAX}PATH:1:", 'Expected "}"'),
         ('prometheus_config {\n enable: true\n path: "prom" }', ":3:", 'starting with "/"'),
         ('prometheus_config {\n enable: true\n path: "/v1/x" }', ":3:", "under /v1/"),
         ('prometheus_config {\n enable: true\n path: "/V1/models" }', ":3:", "under /v1/"),
@@ -94,7 +102,8 @@ def test_config_file_errors_name_file_line_and_field(
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
         monitoring.read_monitoring_config(path)
-    assert str(caught.value).startswith(f"{path}{where}")
+    where = where if "PATH" in where else f"PATH{where}"
+    assert str(caught.value).startswith(where.replace("PATH", str(path)))
     assert message in str(caught.value)
 
 
@@ -156,6 +165,8 @@ def test_page_format_is_tf_servings() -> None:
         [":tensorflow:serving:model_warmup_latency", "histogram"],
         [":tensorflow:serving:model_warmup_records_read", "counter"],
         [":tensorflow:serving:request_count", "counter"],
+        [":tensorflow:serving:request_example_count_total", "counter"],
+        [":tensorflow:serving:request_example_counts", "histogram"],
         [":tensorflow:serving:request_latency", "histogram"],
         [":tensorflow:serving:runtime_latency", "histogram"],
     ]
@@ -164,10 +175,10 @@ def test_page_format_is_tf_servings() -> None:
         ':tensorflow:serving:request_count{model_name="a\\"b\\\\c",status="INVALID_ARGUMENT"} 1',
         ':tensorflow:serving:request_count{model_name="m",status="NOT_FOUND"} 1',
         ':tensorflow:serving:request_count{model_name="m",status="OK"} 2',
-        "# TYPE :tensorflow:serving:request_latency histogram",
+        "# TYPE :tensorflow:serving:request_example_count_total counter",
     ]
     labels = 'model_name="m",API="predict",entrypoint="REST"'
-    start = count + 5
+    start = lines.index("# TYPE :tensorflow:serving:request_latency histogram") + 1
     buckets = lines[start : start + 34]
     limits = tf_bucket_limits()
     # 10 us is not below the first limit (10): TensorFlow's buckets are [lower, upper).
@@ -180,6 +191,27 @@ def test_page_format_is_tf_servings() -> None:
         f":tensorflow:serving:request_latency_sum{{{labels}}} 12355",
         f":tensorflow:serving:request_latency_count{{{labels}}} 2",
         "# TYPE :tensorflow:serving:runtime_latency histogram",
+    ]
+
+
+def test_multi_inference_counts_its_examples_as_tf_serving() -> None:
+    """request_example_counts (Buckets::Exponential(1, 2, 15)) and
+    request_example_count_total, labelled by model: only MultiInference records them."""
+    metrics = monitoring.TFServingMetrics()
+    metrics.examples_counted("m", 3)
+    metrics.examples_counted("m", 1)
+    lines = metrics.page().decode().split("\n")
+    assert ':tensorflow:serving:request_example_count_total{model="m"} 4' in lines
+    at = lines.index("# TYPE :tensorflow:serving:request_example_counts histogram")
+    limits = [str(2**i) for i in range(15)] + ["+Inf"]
+    expected = [0, 1] + [2] * 14  # cumulative: 1 is in [1, 2), 3 in [2, 4)
+    assert lines[at + 1 : at + 17] == [
+        f':tensorflow:serving:request_example_counts_bucket{{model="m",le="{le}"}} {n}'
+        for le, n in zip(limits, expected, strict=True)
+    ]
+    assert lines[at + 17 : at + 19] == [
+        ':tensorflow:serving:request_example_counts_sum{model="m"} 4',
+        ':tensorflow:serving:request_example_counts_count{model="m"} 2',
     ]
 
 

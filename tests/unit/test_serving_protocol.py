@@ -389,15 +389,17 @@ def test_status_and_metadata_bodies() -> None:
             }
         ]
     }
-    body = p.metadata_body("model", 1, {"serving_default": HALF_PLUS_TWO})
-    assert body["model_spec"] == {"name": "model", "signature_name": "", "version": "1"}
-    sig = body["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    defs = p.signature_def_map_json({"serving_default": HALF_PLUS_TWO})["signature_def"]
+    sig = defs["serving_default"]
+    assert list(sig) == ["inputs", "outputs", "method_name", "defaults"]
     assert sig["method_name"] == "tensorflow/serving/predict"
+    assert sig["defaults"] == {}
     assert sig["inputs"]["x"] == {
+        "name": "serving_default_x:0",
         "dtype": "DT_FLOAT",
         "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
-        "name": "serving_default_x:0",
     }
+    assert list(sig["inputs"]["x"]) == ["name", "dtype", "tensor_shape"]
     unknown = p.tensor_info(p.TensorSpec("DT_STRING", None))
     assert unknown["tensor_shape"] == {"dim": [], "unknown_rank": True}
 

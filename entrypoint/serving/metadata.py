@@ -1,0 +1,42 @@
+"""GetModelMetadata's `signature_def`, over REST and gRPC, as TF Serving answers it.
+
+TF Serving copies the SavedModel's SignatureDefs, every one of them as the
+MetaGraphDef holds it (`__saved_model_init_op` included, `defaults`, dimension
+names and TensorInfos without a shape as they are), into a
+`tensorflow.serving.SignatureDefMap` (servables/tensorflow/
+get_model_metadata_impl.cc): gRPC packs that message into the response's
+`metadata["signature_def"]`; REST prints it as JSON with protobuf's C++ printer
+(:mod:`proto_json`) inside `{"model_spec": ..., "metadata": {"signature_def":
+...}}` (http_rest_api_util.cc). A servable gives the message serialized
+(`Servable.signature_def_map`, b"" when it has none: then the metadata is
+written from its `signatures`, in the same form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tf_entrypoint.serving import proto_json
+from tf_entrypoint.serving import protocol as p
+
+#: The type URL of a packed SignatureDefMap (google.protobuf.Any).
+TYPE_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+
+
+def rest_body(model: str, version: int, servable: Any) -> dict[str, Any]:
+    """GET /v1/models/NAME[/versions/N]/metadata's answer: ModelSpec's fields in field
+    order (name, version, signature_name), then the SignatureDefMap."""
+    return {
+        "model_spec": {"name": model, "version": str(version), "signature_name": ""},
+        "metadata": {"signature_def": signature_def_map_json(servable)},
+    }
+
+
+def signature_def_map_json(servable: Any) -> dict[str, Any]:
+    serialized: bytes = servable.signature_def_map
+    if not serialized:
+        return p.signature_def_map_json(servable.signatures)
+    from tensorflow_serving.apis import get_model_metadata_pb2  # noqa: PLC0415 - in the image
+
+    message = get_model_metadata_pb2.SignatureDefMap.FromString(serialized)
+    return proto_json.message_json(message)
