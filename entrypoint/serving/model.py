@@ -571,15 +571,22 @@ class _SessionBundle:
         outputs: Sequence[str],
     ) -> dict[str, _Output]:
         """Feed `feeds` (alias -> array) by tensor name and fetch `outputs` (aliases)."""
-        aliases = sorted(feeds)
-        feed_names = tuple(signature.inputs[alias].tensor_name for alias in aliases)
-        fetch_names = tuple(signature.outputs[alias].tensor_name for alias in outputs)
-        run, dtypes = self._callable(feed_names, fetch_names)
-        values = run(*(feeds[alias] for alias in aliases))
-        return {
-            alias: _Output(_as_array(value, dtype), dtype)
-            for alias, value, dtype in zip(outputs, values, dtypes, strict=True)
-        }
+        fetched = self.run_tensors(
+            {signature.inputs[alias].tensor_name: array for alias, array in feeds.items()},
+            [signature.outputs[alias].tensor_name for alias in outputs],
+        )
+        return dict(zip(outputs, fetched, strict=True))
+
+    def run_tensors(self, feeds: Mapping[str, Any], fetches: Sequence[str]) -> list[_Output]:
+        """One Session run: `feeds` (graph tensor name -> array) in, the graph
+        tensors `fetches` out, in their order."""
+        feed_names = tuple(sorted(feeds))
+        run, dtypes = self._callable(feed_names, tuple(fetches))
+        values = run(*(feeds[name] for name in feed_names))
+        return [
+            _Output(_as_array(value, dtype), dtype)
+            for value, dtype in zip(values, dtypes, strict=True)
+        ]
 
     def _callable(self, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> Any:
         """The Session callable for these feeds and fetches, made on first use.
@@ -1086,10 +1093,11 @@ class TensorFlowServable:
         self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
     ) -> list[ex.TaskResult]:
         """MultiInference (TF Serving's multi_inference.cc): every task checked, then
-        each task's signature run on the shared examples, then each result checked.
+        the tasks' signatures run on the shared examples, then each result checked.
 
-        The signatures run one after the other here (a signature appears once,
-        duplicates are refused); TF Serving runs them in one Session::Run.
+        As in TF Serving, the tasks run in one Session run: the examples fed to
+        each signature's input tensor, every task's outputs fetched together, so
+        the examples are parsed once and a node the signatures share runs once.
         """
         names = ex.check_tasks(
             tasks,
@@ -1098,10 +1106,9 @@ class TensorFlowServable:
             method_name_check=self._method_name_check,
         )
         ex.check_examples(examples)
-        outputs = [
-            self._run_examples(name, examples, _TASK_OUTPUTS[task.method_name])
-            for task, name in zip(tasks, names, strict=True)
-        ]
+        outputs = self._run_tasks(
+            names, [_TASK_OUTPUTS[task.method_name] for task in tasks], examples
+        )
         results: list[ex.TaskResult] = []
         for task, out in zip(tasks, outputs, strict=True):
             if task.method_name == ex.CLASSIFY_METHOD:
@@ -1113,6 +1120,35 @@ class TensorFlowServable:
                 raise p.bad_request(f"Could not find output tensor '{ex.OUTPUTS}'")
             results.append(ex.regression_result(len(examples), output))
         return results
+
+    def _run_tasks(
+        self, names: Sequence[str], wanted: Sequence[Sequence[str]], examples: Sequence[bytes]
+    ) -> list[Mapping[str, Any]]:
+        """Each signature of `names` on the examples, fetching its outputs of
+        `wanted`: one Session run for all (each graph tensor fed and fetched
+        once); an export loaded with tf.saved_model.load runs them one by one."""
+        bundle = self._bundle
+        if not isinstance(bundle, _SessionBundle):
+            return [self._run_examples(n, examples, w) for n, w in zip(names, wanted, strict=True)]
+        for name in names:
+            if not bundle.runs(name):
+                raise p.bad_request(f"No signature was found with the name: {name}")
+        signatures = [self._signatures[name] for name in names]
+        per_task = [
+            {alias: sig.outputs[alias].tensor_name for alias in aliases if alias in sig.outputs}
+            for sig, aliases in zip(signatures, wanted, strict=True)
+        ]
+        fetches = sorted({tensor for fetched in per_task for tensor in fetched.values()})
+        serialized = _strings(examples)
+        feeds = {sig.inputs[ex.INPUTS].tensor_name: serialized for sig in signatures}
+        try:
+            with _tensorflow_errors(), self._unbatched():
+                values = dict(zip(fetches, bundle.run_tensors(feeds, fetches), strict=True))
+        except UnicodeDecodeError:
+            raise p.bad_request(_unparsable(examples)) from None
+        return [
+            {alias: values[tensor] for alias, tensor in fetched.items()} for fetched in per_task
+        ]
 
     def _run_examples(
         self, name: str, examples: Sequence[bytes], wanted: Sequence[str]

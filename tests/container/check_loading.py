@@ -18,6 +18,8 @@ prints one JSON object on its last line:
 - loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
 - repair: the Keras 3 exports whose variables are set from their restored
   copies: which variables are set once loaded, and the answers of both loaders.
+- multi: MultiInference of classify and regress on counted/1: how many
+  Session runs it makes, and its results.
 - keras: a Keras model with variables saved the four ways of its Keras
   version (3 in the image, 2 in TensorFlow 2.12's matrix cell), loaded both
   ways.
@@ -276,6 +278,50 @@ def keras(models: Path) -> dict[str, Any]:
     return found
 
 
+def multi(models: Path) -> dict[str, Any]:
+    """counted/1: how many Session runs a MultiInference of classify and regress
+    makes (the shared node's `runs` before and after), against Classify and
+    Regress alone, and the answers."""
+    from tf_entrypoint.serving import examples as ex  # noqa: PLC0415
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+
+    example_pb2 = __import__("tensorflow.core.example.example_pb2", fromlist=["x"])
+    examples = []
+    for value in (1.5, -2.0):
+        example = example_pb2.Example()
+        example.features.feature["x"].float_list.value.append(value)
+        examples.append(example.SerializeToString())
+    servable = model.load(models / "counted" / "1", 1, warmup=False)
+
+    def runs() -> float:
+        (value,) = servable.predict("count", {"unused": p.Tensor("DT_FLOAT", (1,), [0.0])})[
+            "runs"
+        ].values
+        return float(value)
+
+    found: dict[str, Any] = {"bundle": type(bundle(servable)).__name__}
+    before = runs()
+    results = servable.multi_inference(
+        [
+            ex.Task("counted", "classify", ex.CLASSIFY_METHOD),
+            ex.Task("counted", "regress", ex.REGRESS_METHOD),
+        ],
+        examples,
+    )
+    found["multi_inference_runs"] = runs() - before
+    classified: Any = results[0]  # Classifications: per example, (label, score) pairs
+    found["results"] = [
+        [[[label.decode(), score] for label, score in row] for row in classified],
+        results[1],
+    ]
+    before = runs()
+    servable.classify("classify", examples)
+    servable.regress("regress", examples)
+    found["classify_then_regress_runs"] = runs() - before
+    return found
+
+
 CHECKS = {
     "threads": threads,
     "close": close,
@@ -283,6 +329,7 @@ CHECKS = {
     "loader": loader,
     "repair": repair,
     "keras": keras,
+    "multi": multi,
 }
 
 if __name__ == "__main__":

@@ -15,6 +15,13 @@
   stands for whatever Keras or TensorFlow may write next.
 - DIR/outputs/1: serving_default x float32 [None] -> y0 ... y7 = x + i, eight
   outputs: 255 sets of outputs a gRPC output_filter can ask for.
+- DIR/counted/1: a TF1 graph (SavedModelBuilder) whose classify and regress
+  signatures share their inputs (serialized tf.Examples, feature x float
+  [1]) and one node, y = x, that adds 1 to a resource variable `runs` each
+  time a Session run computes it; classify's scores are [y, -y] with classes
+  ["pos", "neg"], regress's outputs y; signature "count" (predict: any
+  float input, unused) answers `runs`. So `runs` says how many Session runs
+  computed the shared node.
 """
 
 from __future__ import annotations
@@ -57,7 +64,38 @@ def main(directory: Path) -> int:
     tf.saved_model.save(
         module, str(directory / "outputs" / "1"), signatures={"serving_default": many}
     )
+    counted(directory / "counted" / "1")
     return 0
+
+
+def counted(target: Path) -> None:
+    """DIR/counted/1 (the module's docstring)."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
+        serialized = v1.placeholder(tf.string, [None], name="tf_example")
+        x = tf.io.parse_example(serialized, {"x": tf.io.FixedLenFeature([1], tf.float32)})["x"]
+        runs = v1.Variable(0.0, name="runs", use_resource=True)
+        with tf.control_dependencies([runs.assign_add(1.0)]):
+            y = tf.identity(x, name="y")
+        classes = tf.tile(tf.constant([[b"pos", b"neg"]]), [tf.shape(y)[0], 1])
+        unused = v1.placeholder(tf.float32, [None], name="unused")
+        signatures = {
+            "classify": v1.saved_model.classification_signature_def(
+                serialized, classes, tf.concat([y, -y], axis=1)
+            ),
+            "regress": v1.saved_model.regression_signature_def(serialized, y),
+            "count": v1.saved_model.predict_signature_def(
+                {"unused": unused}, {"runs": runs.read_value()}
+            ),
+        }
+        session.run(v1.global_variables_initializer())
+        builder = v1.saved_model.Builder(str(target))
+        builder.add_meta_graph_and_variables(
+            session, [v1.saved_model.tag_constants.SERVING], signature_def_map=signatures
+        )
+        builder.save()
 
 
 def unrepairable(source: Path, target: Path) -> None:

@@ -190,6 +190,20 @@ def assert_keras_ways(ways: dict[str, Any], set_from_copies: dict[str, bool]) ->
         assert answers["session"][1] == pytest.approx(answers["tf2"][1], rel=1e-5), (way, answers)
 
 
+def test_multi_inference_is_one_session_run(containers: Containers, models: Path) -> None:
+    """TF Serving runs a MultiInference's tasks in one Session::Run, so a node
+    its signatures share runs once: counted/1's shared node adds 1 to `runs`
+    per Session run that computes it. Classify then Regress make two runs."""
+    result = check(containers, models, "multi")
+    assert result["bundle"] == "_SessionBundle", result
+    assert result["results"] == [
+        [[["pos", 1.5], ["neg", -1.5]], [["pos", -2.0], ["neg", 2.0]]],
+        [1.5, -2.0],
+    ], result
+    assert result["multi_inference_runs"] == 1, result
+    assert result["classify_then_regress_runs"] == 2, result
+
+
 # --- servers
 
 
