@@ -220,6 +220,8 @@ class Manager:
         #: Why no configuration will be applied any more (the thread has ended), or None.
         self._closed: str | None = None
         self._wake = threading.Event()
+        #: Every model of the start-up configuration has served a version (see _starting).
+        self._up = False
 
     # ------------------------------------------------------------------
     # The request side
@@ -248,6 +250,45 @@ class Manager:
             self._find(route)
 
     def _find(self, route: p.Route) -> Version:
+        try:
+            return self._lookup(route)
+        except p.ApiError as err:
+            if err.status == 404 and not self._started():
+                raise self._starting() from None
+            raise
+
+    def _started(self) -> bool:
+        """Whether every model of the start-up configuration has served a version
+        (then for good: TF Serving opens its ports at that moment)."""
+        if not self._up:
+            self._up = not any(
+                m.counts_for_readiness and not m.serving for m in self._models.values()
+            )
+        return self._up
+
+    def _starting(self) -> p.ApiError:
+        """What a request that would be NOT_FOUND gets while the start-up models load.
+
+        TF Serving builds its gRPC and HTTP servers only once the start-up
+        configuration's models are loaded (server.cc: ServerCore::Create waits
+        for them), so its clients see UNAVAILABLE (connection refused) until
+        then, and take any answer naming a servable, such as "Servable not
+        found" for a model it does not serve, as the sign that the models are
+        loaded: TF Serving's own test harness waits exactly so. Here the ports
+        open at once (for health and status); a request that would be NOT_FOUND
+        is answered UNAVAILABLE until the start-up models are loaded.
+        """
+        pending = sorted(
+            name for name, m in self._models.items() if m.counts_for_readiness and not m.serving
+        )
+        return p.ApiError(
+            503,
+            f"The server is starting: model(s) {', '.join(pending)} of its configuration "
+            "are not available yet; retry later",
+            {"Retry-After": "1"},
+        )
+
+    def _lookup(self, route: p.Route) -> Version:
         model = self._models.get(route.model)
         if model is None:
             raise p.ApiError(404, f"Servable not found for request: {p.servable_request(route)}")

@@ -377,6 +377,52 @@ def test_while_loading_requests_get_503_and_status_says_loading(tmp_path: Path) 
     assert served(manager) == 1
 
 
+def test_until_the_start_up_models_load_not_found_is_unavailable(tmp_path: Path) -> None:
+    """TF Serving opens its ports once the start-up models are loaded, and its
+    clients (its own test harness among them) take "Servable not found" as the
+    sign that they are: until then, what would be NOT_FOUND is UNAVAILABLE."""
+    export(tmp_path, 1)
+    export(tmp_path, 1, name="n")
+    release = threading.Event()
+
+    class Gated(Loader):
+        def __call__(self, directory: Path, version: int) -> Fake:
+            if directory.parent.name == "n":
+                assert release.wait(30)  # the test sets it
+            return super().__call__(directory, version)
+
+    manager, _ = manager_for(spec(tmp_path), spec(tmp_path, name="n"), loader=Gated())
+    thread = threading.Thread(target=manager.initial_load, args=(30, lambda: False))
+    thread.start()
+    try:
+        assert wait_until(lambda: served_or_none(manager) == 1)  # m serves, n loads
+        for missing in (route(name="missing"), route(version=7)):
+            with pytest.raises(p.ApiError) as starting:
+                manager.check(missing)
+            assert (starting.value.status, starting.value.code) == (503, "UNAVAILABLE")
+            assert starting.value.message == (
+                "The server is starting: model(s) n of its configuration are not available "
+                "yet; retry later"
+            )
+            assert "Servable" not in starting.value.message
+            assert starting.value.headers == {"Retry-After": "1"}
+    finally:
+        release.set()
+        thread.join(30)
+    assert served(manager, route(name="n")) == 1
+    with pytest.raises(p.ApiError) as missing_model:
+        manager.check(route(name="missing"))
+    assert (missing_model.value.status, missing_model.value.message) == (
+        404,
+        "Servable not found for request: Latest(missing)",
+    )
+    # For good: a start-up model that later has no version does not bring it back.
+    manager.apply(ServingConfig((spec(tmp_path),)))
+    with pytest.raises(p.ApiError) as after:
+        manager.check(route(version=7))
+    assert after.value.status == 404
+
+
 def states_or_none(manager: Manager) -> dict[int, str] | None:
     try:
         return states(manager)
