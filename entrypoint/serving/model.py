@@ -492,6 +492,55 @@ LOADERS = ("session", "tf2")
 #: asked for (gRPC's output_filter picks subsets); the least recently used
 #: beyond this are released.
 MAX_CALLABLES = 64
+#: Python packages whose import registers ops TF Serving's own binary links in
+#: (its model_servers/BUILD), with the recipe that adds each to an image:
+#: imported only when a graph needs an op TensorFlow does not have, so that
+#: other models never pay for them. The images leave them out (TF Text is
+#: 194 MB installed).
+OP_LIBRARIES = {"tensorflow_text": "docs/own-image/Dockerfile.tf-text"}
+#: The OP_LIBRARIES that imported (None: not tried yet).
+_op_libraries: list[str] | None = None
+_op_libraries_lock = threading.Lock()
+
+
+def _missing_op(err: BaseException) -> bool:
+    """Whether a load failed on an op TensorFlow has not registered."""
+    return "Op type not registered" in str(err)
+
+
+def register_op_libraries() -> list[str]:
+    """Import OP_LIBRARIES (once per process); the ones that imported."""
+    global _op_libraries  # noqa: PLW0603 - once per process
+    with _op_libraries_lock:
+        if _op_libraries is None:
+            _op_libraries = []
+            for name, recipe in OP_LIBRARIES.items():
+                try:
+                    importlib.import_module(name)
+                except ImportError as err:
+                    log.warning(
+                        "%s could not be imported (%s): graphs that use its ops do not load; "
+                        "add it to the image (%s)",
+                        name,
+                        err,
+                        recipe,
+                    )
+                else:
+                    _op_libraries.append(name)
+        return list(_op_libraries)
+
+
+def _session_bundle(directory: Path) -> _SessionBundle:
+    """A Session bundle; a graph that names an op TensorFlow lacks is tried once
+    more after OP_LIBRARIES registered theirs (TF Text's, as TF Serving has)."""
+    try:
+        return _SessionBundle(directory)
+    except Exception as err:
+        if not _missing_op(err) or _op_libraries is not None or not register_op_libraries():
+            raise
+    log.info("%s needs ops TensorFlow does not have: imported %s for them",
+             directory, ", ".join(_op_libraries or ()))  # fmt: skip
+    return _SessionBundle(directory)
 
 
 class _Output:
@@ -768,7 +817,7 @@ def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
     """
     if _loader_choice() == "tf2":
         return _FunctionBundle(directory), _read_meta_graph(directory)
-    bundle = _SessionBundle(directory)
+    bundle = _session_bundle(directory)
     graph = bundle.meta_graph
     if not graph.object_graph_def.nodes:  # a TF1 export: served as TF Serving serves it
         return bundle, graph
