@@ -2,10 +2,11 @@
 
     python -m bench.report [--out docs/bench] [--no-plot]
 
-Reads sweep.json, overhead.json, serving.json, swap.json, grpc.json, batching.json
-and soak.json from --out (whichever exist) and docs/image-build-cpu.json, writes
-results.md, quota-sweep.png and serving.png there. bench/run.py and bench/soak.py
-call this after measuring; run it alone to re-render without measuring again. The
+Reads sweep.json, overhead.json, serving.json, swap.json, grpc.json, batching.json,
+soak.json and session_call.json from --out (whichever exist) and
+docs/image-build-cpu.json, writes results.md, quota-sweep.png and serving.png
+there. bench/run.py and bench/soak.py call this after measuring (bench/session_call.py
+writes only its JSON); run it alone to re-render without measuring again. The
 plots need matplotlib (requirements/bench.lock).
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from bench.common import REPO, log
 
-PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching", "soak")
+PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching", "soak", "session_call")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
@@ -569,6 +570,109 @@ def soak_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _top(path: dict[str, Any], count: int) -> str:
+    return ", ".join(
+        f"`{row['function']}` {row['us_per_call']:.1f}" for row in path["top_own_time"][:count]
+    )
+
+
+def session_markdown(data: dict[str, Any]) -> list[str]:
+    c, calls = data["config"], data["calls"]
+    lines = [
+        "## Session bundles against `tf.saved_model.load` (`bench/session_call.py`)",
+        "",
+        "The server calls a signature through a Session callable of the SavedModel loaded as "
+        "TF Serving loads it; before issue 22 it called `tf.saved_model.load`'s signature "
+        "function (`SERVE_SAVED_MODEL_LOADER=tf2` still does). Both paths in the same image "
+        f"under `--cpus {c['cpus']}`, side by side, on half_plus_two (no compute), the "
+        "sweep's MLP (32-512-512-10) and a small CNN (32x32x3 images, about 10 M "
+        "multiply-adds a row; a Keras model held by a `tf.Module`, its variables set from "
+        "their restored copies). Ratios are Session / `tf.saved_model.load`: for a time or "
+        "CPU per request, below 1 means the Session path costs less; for requests per "
+        "second, above 1 means it answers more.",
+        "",
+        f"Machine: {machine_line({'session_call': data})}.",
+        "",
+        "**One call, in process** (both paths loaded in one process; windows of "
+        f"{c['window']:g} s taking turns, {c['rounds']} each; median of the windows' median). "
+        "*run*: NumPy in, NumPy out, what a predict costs in TensorFlow as the server calls "
+        "it; *predict*: gRPC's Predict in process, TensorProtos decoded, run and written.",
+        "",
+        "| model | batch | level | Session: µs | `tf.saved_model.load`: µs | **ratio** |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell in calls["cells"]:
+        paths = cell["paths"]
+        lines.append(
+            f"| {cell['model']} | {cell['batch']} | {cell['level']} "
+            f"| {num(paths['session']['median_us'])} "
+            f"| {num(paths['tf.saved_model.load']['median_us'])} "
+            f"| **{ratio(cell['session_vs_tf2'])}** |"
+        )
+    same = "yes" if all(calls["same_answers"].values()) else "**no**"
+    lines += [
+        "",
+        f"Both paths gave the same answers (to float32 rounding): {same}; largest "
+        f"difference {max(calls['largest_difference'].values()):.2g}.",
+    ]
+    profile = data.get("profile")
+    if profile:
+        session, function = profile["session"], profile["tf.saved_model.load"]
+        lines += [
+            "",
+            f"**Where a call goes** (half_plus_two, batch 1, run, {session['calls']:,} calls "
+            "under cProfile, which slows the Python part; µs per call of each function's own "
+            f"time): Session {num(session['profiled_us_per_call'])} µs: "
+            f"{_top(session, 3)}. `tf.saved_model.load` "
+            f"{num(function['profiled_us_per_call'])} µs: {_top(function, 6)}.",
+        ]
+    lines += [
+        "",
+        "**Two servers** (one per loader, each `--cpus` "
+        f"{c['cpus']}, serving the three models; `bench/protocol_load.py` in each server's "
+        f"network namespace; {c['warmup']:g} s warm-up, {c['seconds']:g} s timed, the servers "
+        f"taking turns cell by cell, {c['reps']} repetitions; medians). A REST request is "
+        "3 values (half_plus_two), 8 rows (MLP) or one image (CNN).",
+        "",
+        "| model | concurrency | protocol | req/s: Session, tf2 | **req/s ratio** "
+        "| p99 ms: Session, tf2 | server CPU ms/req: Session, tf2 | **CPU ratio** | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in data["servers"]["cells"]:
+        s_, t = cell["loaders"]["session"], cell["loaders"]["tf2"]
+        r = cell["session_vs_tf2"]
+
+        def pair(key: str, a: dict[str, Any] = s_, b: dict[str, Any] = t) -> str:
+            return ", ".join(num(x[key]) if x.get(key) is not None else "n/a" for x in (a, b))
+
+        cpu_ratio = (
+            ratio(r["server_cpu_ms_per_request"]) if "server_cpu_ms_per_request" in r else "n/a"
+        )
+        lines.append(
+            f"| {cell['model']} | {cell['concurrency']} | {cell['mode']} | {pair('rps')} "
+            f"| **{ratio(r['rps'])}** | {pair('p99_ms')} | {pair('server_cpu_ms_per_request')} "
+            f"| **{cpu_ratio}** | {s_['errors']} / {t['errors']} |"
+        )
+    lines += [
+        "",
+        f"**Start-up and memory** (each model served alone, each loader in turn, "
+        f"{c['startups']} times; medians): seconds from `docker run` to `/readyz` 200, the "
+        "load time the server logs, the server's RSS once ready and after "
+        f"{c['idle_predicts']} predicts.",
+        "",
+        "| model | loader | ready s | load s | RSS ready MiB | RSS after predicts MiB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, by_loader in data["startup"]["summary"].items():
+        for loader, figures in by_loader.items():
+            cells = " | ".join(
+                num(figures[key]) if figures.get(key) is not None else "n/a"
+                for key in ("ready_s", "load_s", "rss_ready_mib", "rss_after_predicts_mib")
+            )
+            lines.append(f"| {model} | {loader} | {cells} |")
+    return lines
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
@@ -596,6 +700,8 @@ def markdown(parts: dict[str, Any]) -> str:
         lines += [*batching_markdown(parts["batching"]), ""]
     if "soak" in parts:
         lines += [*soak_markdown(parts["soak"]), ""]
+    if "session_call" in parts:
+        lines += [*session_markdown(parts["session_call"]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
 

@@ -54,6 +54,11 @@ MODES = ("auto", "defaults")
 def request_body(model: str) -> bytes:
     if model == "half_plus_two":
         return json.dumps({"instances": [1.0, 2.0, 5.0]}).encode()
+    if model == "cnn":  # bench/session_probe.py's CNN: one 32x32x3 image
+        flat = [i % 13 / 13.0 for i in range(32 * 32 * 3)]
+        pixels = [flat[i : i + 3] for i in range(0, len(flat), 3)]
+        image = [pixels[row : row + 32] for row in range(0, len(pixels), 32)]
+        return json.dumps({"instances": [image]}).encode()
     rows = [[((i * 7 + j) % 13) / 13.0 for j in range(32)] for i in range(8)]
     return json.dumps({"instances": rows}).encode()
 

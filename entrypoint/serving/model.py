@@ -1,9 +1,20 @@
 """A SavedModel version as a :class:`~tf_entrypoint.serving.service.Servable`.
 
-The only module of the server that imports TensorFlow. Signatures are read
-from saved_model.pb itself (dtypes, shapes, graph tensor names, method names:
-what TF Serving's metadata shows); execution goes through
-``tf.saved_model.load(...).signatures``.
+The only module of the server that imports TensorFlow. A SavedModel is
+loaded as TF Serving loads it, TF1 and TF2 exports alike: as a Session
+bundle (``tf.compat.v1.saved_model.loader.load`` into a fresh graph and
+Session, tag "serve", assets rewired to the export's own copies, the init
+op run). Signatures are the MetaGraph's SignatureDefs (dtypes, shapes,
+graph tensor names, method names: what TF Serving's metadata shows); a call
+feeds its inputs and fetches its outputs by tensor name, as TF Serving's
+Session::Run does, through a Session callable made once per signature and
+set of outputs. Shapes are the graph's business: what it accepts is
+answered, what it refuses gets TensorFlow's own error and code.
+
+Keras 3 exports, whose graph leaves the model's variables unset once
+restored in a Session, have them set from the restored copies their graph
+names; an export that leaves a used variable unset with no such copy is
+loaded with ``tf.saved_model.load`` instead (:func:`open_saved_model`).
 """
 
 from __future__ import annotations
@@ -14,11 +25,13 @@ import gc
 import importlib
 import itertools
 import logging
+import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import tensorflow as tf
@@ -147,11 +160,27 @@ def _signature_def_map(graph: Any) -> bytes:
     return serialized
 
 
-def _to_tf(tensor: p.Tensor) -> Any:
+def _to_numpy(tensor: p.Tensor) -> Any:
+    """A REST input (validated) as a NumPy array of its dtype.
+
+    Numbers parsed into a compact array.array are used on its memory (no
+    copy); strings (bytes), half and bfloat16 come as Python lists.
+    """
     if isinstance(tensor.values, py_array.array):
-        return tf.constant(_compact(tensor))
-    dtype = tf.dtypes.as_dtype(_dtype_enum(tensor.dtype))
-    return tf.reshape(tf.constant(tensor.values, dtype=dtype), tensor.shape)
+        return _compact(tensor)
+    if tensor.dtype == "DT_STRING":
+        flat = np.empty(len(tensor.values), dtype=object)
+        flat[:] = tensor.values
+        return flat.reshape(tensor.shape)
+    dtype = _numpy_dtype(_dtype_enum(tensor.dtype))
+    return np.asarray(tensor.values, dtype=dtype).reshape(tensor.shape)
+
+
+def _strings(values: Sequence[bytes]) -> Any:
+    """Serialized examples as a DT_STRING vector."""
+    flat = np.empty(len(values), dtype=object)
+    flat[:] = list(values)
+    return flat
 
 
 def _compact(tensor: p.Tensor) -> Any:
@@ -435,6 +464,8 @@ def _output(outputs: Mapping[str, Any], key: str) -> p.Tensor | None:
     return _from_tf(key, value)
 
 
+#: The outputs a MultiInference task fetches, by its method (as Classify and Regress do).
+_TASK_OUTPUTS = {ex.CLASSIFY_METHOD: (ex.CLASSES, ex.SCORES), ex.REGRESS_METHOD: (ex.OUTPUTS,)}
 _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(_FLOATS, 0.0)}
 
 
@@ -452,13 +483,318 @@ def _unparsable(examples: Sequence[bytes]) -> str:
     return "Could not parse example input"
 
 
-def _invoke(function: Any, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Run a signature function; its outputs by alias."""
-    results = function(**arguments)
-    if not isinstance(results, Mapping):
-        return {"output_0": results}
-    outputs: Mapping[str, Any] = results
-    return outputs
+#: Picks the loader: "session" (the default, TF Serving's) or "tf2"
+#: (tf.saved_model.load for every export, as this server did before; for
+#: benchmarks and diagnosis). See docs/tf-serving.md.
+LOADER_VARIABLE = "SERVE_SAVED_MODEL_LOADER"
+LOADERS = ("session", "tf2")
+#: Session callables kept per version: one per signature and set of outputs
+#: asked for (gRPC's output_filter picks subsets); the least recently used
+#: beyond this are released.
+MAX_CALLABLES = 64
+
+
+class _Output:
+    """One output tensor: a NumPy array and the graph tensor's TensorFlow dtype
+    (what :func:`_from_tf` and :func:`_as_proto_field` read)."""
+
+    __slots__ = ("_array", "dtype")
+
+    def __init__(self, array: Any, dtype: Any) -> None:
+        self._array = array
+        self.dtype = dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape: tuple[int, ...] = self._array.shape
+        return shape
+
+    def numpy(self) -> Any:
+        return self._array
+
+
+def _as_array(value: Any, dtype: Any) -> Any:
+    """A fetched value as an ndarray: a Session gives NumPy scalars, and bytes
+    for a string scalar, where the tensor has rank 0."""
+    if dtype == tf.string:
+        return np.asarray(value, dtype=object)
+    return np.asarray(value)
+
+
+def _quiet() -> contextlib.AbstractContextManager[Any]:
+    """TensorFlow's deprecation warnings off around TF1 APIs that are what TF
+    Serving runs (its loader, the record reader), not code to migrate: the
+    server's log would otherwise tell its user to use tf.saved_model.load."""
+    from tensorflow.python.util import deprecation  # noqa: PLC0415
+
+    silence = getattr(deprecation, "silence", None)
+    return silence() if silence is not None else contextlib.nullcontext()
+
+
+class _SessionBundle:
+    """A SavedModel loaded as TF Serving loads it: a graph in its own Session.
+
+    ``tf.compat.v1.saved_model.loader.load`` does what TF Serving's C++
+    LoadSavedModel does: imports the "serve" MetaGraph into a fresh graph,
+    restores the variables through the MetaGraph's saver, and runs the init op
+    (main_op, legacy_init_op, or TF2's __saved_model_init_op) with the asset
+    tensors fed the export's own asset files. The Session is made without a
+    config, so TensorFlow gives it the eager context's: the thread counts and
+    GPU options the entrypoint's hook set; every Session of the process shares
+    TensorFlow's global pools (the inter-op pool, the intra-op pool of the CPU
+    device), so a version adds no threads.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._graph = tf.Graph()
+        self._session = tf.compat.v1.Session(graph=self._graph)
+        try:
+            with _quiet():
+                self.meta_graph = tf.compat.v1.saved_model.loader.load(
+                    self._session, [SERVE_TAG], str(directory)
+                )
+        except BaseException:
+            self._session.close()
+            raise
+        self._lock = threading.Lock()
+        #: (feed names, fetch names) -> (the Session callable, the fetches' dtypes).
+        self._callables: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Any] = OrderedDict()
+
+    def runs(self, name: str) -> bool:
+        return name in self.meta_graph.signature_def
+
+    def run(
+        self,
+        name: str,
+        signature: p.Signature,
+        feeds: Mapping[str, Any],
+        outputs: Sequence[str],
+    ) -> dict[str, _Output]:
+        """Feed `feeds` (alias -> array) by tensor name and fetch `outputs` (aliases)."""
+        fetched = self.run_tensors(
+            {signature.inputs[alias].tensor_name: array for alias, array in feeds.items()},
+            [signature.outputs[alias].tensor_name for alias in outputs],
+        )
+        return dict(zip(outputs, fetched, strict=True))
+
+    def run_tensors(self, feeds: Mapping[str, Any], fetches: Sequence[str]) -> list[_Output]:
+        """One Session run: `feeds` (graph tensor name -> array) in, the graph
+        tensors `fetches` out, in their order."""
+        feed_names = tuple(sorted(feeds))
+        run, dtypes = self._callable(feed_names, tuple(fetches))
+        values = run(*(feeds[name] for name in feed_names))
+        return [
+            _Output(_as_array(value, dtype), dtype)
+            for value, dtype in zip(values, dtypes, strict=True)
+        ]
+
+    def _callable(self, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> Any:
+        """The Session callable for these feeds and fetches, made on first use.
+
+        A callable (Session::MakeCallable) is pruned and compiled once; a call
+        is one Session::RunCallable with the arrays, with no graph lookup and
+        no per-call check in Python: shapes and dtypes are checked by
+        TensorFlow as they are in TF Serving's Session::Run.
+        """
+        key = (feeds, fetches)
+        with self._lock:
+            made = self._callables.get(key)
+            if made is not None:
+                self._callables.move_to_end(key)
+                return made
+        from tensorflow.core.protobuf import config_pb2  # noqa: PLC0415
+
+        options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
+        # BaseSession._make_callable_from_options: Session::MakeCallable (the public
+        # make_callable with feeds runs Session.run, its lookups and checks, per call).
+        run = self._session._make_callable_from_options(options)
+        dtypes = [self._graph.get_tensor_by_name(fetch).dtype for fetch in fetches]
+        with self._lock:
+            made = self._callables.setdefault(key, (run, dtypes))
+            self._callables.move_to_end(key)
+            while len(self._callables) > MAX_CALLABLES:
+                self._callables.popitem(last=False)
+        return made
+
+    def unset_variables(self) -> list[str]:
+        """Resource variables that restoring and the init op left unset, and that
+        something other than their own ops, another variable's initializer or
+        the saver uses (a function call: a signature). Keras 3's model.export
+        leaves the model's original variables in the graph, unset and unused:
+        those do not count."""
+        handles = [op for op in self._graph.get_operations() if op.type == "VarHandleOp"]
+        if not handles:
+            return []
+        with self._graph.as_default():
+            checks = [tf.raw_ops.VarIsInitializedOp(resource=op.outputs[0]) for op in handles]
+        done = self._session.run(checks)
+        return sorted(
+            op.name for op, ok in zip(handles, done, strict=True) if not ok and self._used(op)
+        )
+
+    def _used(self, handle: Any) -> bool:
+        saver = self.meta_graph.saver_def
+        saver_ops = {saver.restore_op_name, saver.save_tensor_name.partition(":")[0]}
+        for user in handle.outputs[0].consumers():
+            if (
+                user.name.startswith(handle.name + "/")
+                or user.name in saver_ops
+                or user.type in ("VarIsInitializedOp", "DestroyResourceOp")  # ours, here
+            ):
+                continue
+            if user.type == "ReadVariableOp" and all(
+                reader.type == "AssignVariableOp" for reader in user.outputs[0].consumers()
+            ):
+                continue  # read only to initialize another variable
+            return True
+        return False
+
+    def set_from_restored_copies(self, unset: Sequence[str]) -> list[str]:
+        """Give each of `unset` the value of the restored variable its graph copied it
+        into; the variables still unset afterwards (all is well when none).
+
+        Keras 3's exports (keras-team/keras#20095) keep the model's own
+        variables V, which the signatures read, and variables C that the
+        checkpoint restores, each made from one V: the graph says so, C's
+        initializer is AssignVariableOp(C, ReadVariableOp(V)). So V := C
+        after the restore gives V the saved value, as tf.saved_model.load's
+        binding of the signatures to the restored objects does. A C that
+        nothing but its own ops and the saver uses is then destroyed: V holds
+        the same tensor, so the weights are not kept twice.
+        """
+        graph, wanted = self._graph, set(unset)
+        copies: dict[str, Any] = {}
+        for op in graph.get_operations():
+            if op.type != "AssignVariableOp" or len(op.inputs) != 2:
+                continue
+            target, value = op.inputs[0].op, op.inputs[1].op
+            if (
+                target.type == "VarHandleOp"
+                and target.name not in wanted
+                and value.type == "ReadVariableOp"
+                and value.inputs[0].op.type == "VarHandleOp"
+                and value.inputs[0].op.name in wanted
+            ):
+                copies.setdefault(value.inputs[0].op.name, target)
+        if set(copies) != wanted:
+            return sorted(wanted - set(copies))
+        with graph.as_default():
+            sets = [
+                tf.raw_ops.AssignVariableOp(
+                    resource=graph.get_operation_by_name(name).outputs[0],
+                    value=tf.raw_ops.ReadVariableOp(
+                        resource=copy.outputs[0], dtype=copy.get_attr("dtype")
+                    ),
+                )
+                for name, copy in sorted(copies.items())
+            ]
+            unused = [
+                tf.raw_ops.DestroyResourceOp(resource=copy.outputs[0], ignore_lookup_error=True)
+                for copy in copies.values()
+                if not self._used(copy)
+            ]
+        self._session.run(sets)
+        if unused:
+            self._session.run(unused)
+        return [name for name in self.unset_variables() if name in wanted]
+
+    def close(self) -> None:
+        """Close the Session; the graph and its memory go with the last reference."""
+        with self._lock:
+            self._callables.clear()
+        self._session.close()
+
+
+class _FunctionBundle:
+    """A SavedModel loaded with tf.saved_model.load: its signature functions
+    (TF2's loader, which restores variables through the object graph)."""
+
+    def __init__(self, directory: Path) -> None:
+        loaded = tf.saved_model.load(str(directory), tags=[SERVE_TAG])
+        self._loaded: Any = loaded  # keeps the functions' variables alive
+        self._functions: dict[str, Any] = dict(loaded.signatures)
+
+    def names(self) -> set[str]:
+        return set(self._functions)
+
+    def runs(self, name: str) -> bool:
+        return name in self._functions
+
+    def run(
+        self,
+        name: str,
+        signature: p.Signature,
+        feeds: Mapping[str, Any],
+        outputs: Sequence[str],
+    ) -> dict[str, _Output]:
+        results = self._functions[name](**{k: tf.constant(v) for k, v in feeds.items()})
+        if not isinstance(results, Mapping):
+            results = {"output_0": results}
+        return {
+            alias: _Output(results[alias].numpy(), results[alias].dtype)
+            for alias in outputs
+            if alias in results
+        }
+
+    def close(self) -> None:
+        self._functions, self._loaded = {}, None
+
+
+_Bundle = _SessionBundle | _FunctionBundle
+
+
+def _loader_choice() -> str:
+    chosen = os.environ.get(LOADER_VARIABLE, "").strip() or LOADERS[0]
+    if chosen not in LOADERS:
+        raise ValueError(f"{LOADER_VARIABLE}={chosen!r}: expected one of {', '.join(LOADERS)}")
+    return chosen
+
+
+def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
+    """Load a SavedModel as TF Serving does; (the bundle, its 'serve' MetaGraphDef).
+
+    Keras 3 (TensorFlow 2.16 and later) writes exports whose graph a Session
+    cannot restore as it stands: keras-team/keras#20095, #20096,
+    tensorflow/serving#2250, any Keras 3 model with variables saved with
+    tf.saved_model.save or model.export. The signatures read the model's own
+    variables, the checkpoint restores copies of them, so once restored the
+    former are unset, and TF Serving answers every call with
+    FAILED_PRECONDITION "Could not find variable ...". Here such variables are
+    set from the copies their graph made of them
+    (:meth:`_SessionBundle.set_from_restored_copies`), and the export is
+    served as a Session bundle; one whose unset variables have no such copy
+    is loaded with tf.saved_model.load instead, which binds the signatures to
+    the restored variables through the object graph, with a warning.
+    """
+    if _loader_choice() == "tf2":
+        return _FunctionBundle(directory), _read_meta_graph(directory)
+    bundle = _SessionBundle(directory)
+    graph = bundle.meta_graph
+    if not graph.object_graph_def.nodes:  # a TF1 export: served as TF Serving serves it
+        return bundle, graph
+    unset = bundle.unset_variables()
+    if not unset:
+        return bundle, graph
+    left = bundle.set_from_restored_copies(unset)
+    if not left:
+        log.info(
+            "%s: %d variable(s) that restoring its graph leaves unset (a Keras 3 export, "
+            "keras-team/keras#20095; TF Serving would answer FAILED_PRECONDITION 'Could not "
+            "find variable') were set from the copies the checkpoint restores",
+            directory,
+            len(unset),
+        )
+        return bundle, graph
+    bundle.close()
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    log.warning(
+        "%s: restoring its graph leaves variable(s) %s unset, and the graph holds no copy "
+        "of them to set them from (TF Serving would answer every call FAILED_PRECONDITION "
+        "'Could not find variable'): loaded with tf.saved_model.load instead",
+        directory,
+        shown,
+    )
+    return _FunctionBundle(directory), graph
 
 
 def _batchable(signature: p.Signature) -> bool:
@@ -478,67 +814,61 @@ def _rows(arguments: Mapping[str, Any]) -> int | None:
     return rows if rows >= 1 else None
 
 
-def _to_numpy(tensor: p.Tensor) -> Any:
-    """A validated REST input as a NumPy array, for the batch queue.
+class _Request(NamedTuple):
+    """What the batch queue carries for one predict: its inputs and the outputs it asks for."""
 
-    Numbers on the memory of their compact array (no copy); strings, half
-    and bfloat16 through _to_tf, so that any error is the one the request
-    gets without batching.
-    """
-    if isinstance(tensor.values, py_array.array):
-        return _compact(tensor)
-    return _to_tf(tensor).numpy()
+    arrays: Mapping[str, Any]
+    outputs: tuple[str, ...]
 
 
-class _Rows:
-    """Some rows of a batched output: what _from_tf and _as_proto_field read of a tensor."""
-
-    __slots__ = ("_array", "dtype")
-
-    def __init__(self, array: Any, dtype: Any) -> None:
-        self._array = array
-        self.dtype = dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        shape: tuple[int, ...] = self._array.shape
-        return shape
-
-    def numpy(self) -> Any:
-        return self._array
+#: Runs a signature: (inputs by alias, output aliases) -> outputs by alias.
+_Run = Callable[[Mapping[str, Any], Sequence[str]], dict[str, _Output]]
 
 
 class _Unsplittable(Exception):
     """A batch's output has not one row per input row: run the requests alone."""
 
 
-def _run_alone(function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _invoke(function, {key: tf.constant(array) for key, array in arrays.items()})
+def _run_batch(run: _Run, payloads: Sequence[_Request], padded: int) -> list[dict[str, _Output]]:
+    """One call for every request: inputs concatenated, outputs split back by row count.
 
-
-def _run_batch(
-    function: Any, payloads: Sequence[Mapping[str, Any]], padded: int
-) -> list[dict[str, Any]]:
-    """One call for every request: inputs concatenated, outputs split back by row count."""
-    counts = [len(next(iter(payload.values()))) for payload in payloads]
+    The requests of a batch share their key: the same inputs, trailing
+    dimensions, dtypes and outputs asked for.
+    """
+    counts = [len(next(iter(payload.arrays.values()))) for payload in payloads]
     merged = {}
-    for key in payloads[0]:
-        parts = [payload[key] for payload in payloads]
+    for key in payloads[0].arrays:
+        parts = [payload.arrays[key] for payload in payloads]
         if padded:  # as TensorFlow's batching: copies of the first row
             parts.append(np.repeat(parts[0][:1], padded, axis=0))
         merged[key] = np.concatenate(parts, axis=0)
-    outputs = _run_alone(function, merged)
+    outputs = run(merged, payloads[0].outputs)
     total = sum(counts) + padded
-    answers: list[dict[str, Any]] = [{} for _ in payloads]
+    answers: list[dict[str, _Output]] = [{} for _ in payloads]
     for alias, value in outputs.items():
-        if value.shape.rank == 0 or int(value.shape[0]) != total:
+        if len(value.shape) == 0 or int(value.shape[0]) != total:
             raise _Unsplittable(alias)
         array, dtype = value.numpy(), value.dtype
         start = 0
         for answer, count in zip(answers, counts, strict=True):
-            answer[alias] = _Rows(array[start : start + count], dtype)
+            answer[alias] = _Output(array[start : start + count], dtype)
             start += count
     return answers
+
+
+@contextlib.contextmanager
+def _tensorflow_errors() -> Iterator[None]:
+    """TensorFlow's errors as TF Serving passes them on: an op error keeps its
+    code (InvalidArgument is 400 / INVALID_ARGUMENT) and its message, cleaned;
+    arrays TensorFlow cannot take as arguments are 400."""
+    try:
+        yield
+    except tf.errors.OpError as err:
+        code = int(err.error_code)
+        message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
+        raise p.ApiError(_HTTP_STATUS.get(code, 500), message, code=p.code_name(code)) from None
+    except (TypeError, ValueError) as err:
+        raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
 
 
 class TensorFlowServable:
@@ -560,21 +890,19 @@ class TensorFlowServable:
         #: Seconds spent replaying the warm-up file; None when there is none.
         self.warmup_seconds: float | None = None
         self._method_name_check = method_name_check
-        graph = _read_meta_graph(directory)
+        self._bundle, graph = open_saved_model(directory)
         self._signatures = _signatures(graph)
         #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
         self.signature_def_map = _signature_def_map(graph)
         #: Each SignatureDef's text (C++ DebugString), quoted by TF Serving's errors.
         self._signature_texts = {name: str(sig) for name, sig in graph.signature_def.items()}
-        loaded = tf.saved_model.load(str(directory), tags=[SERVE_TAG])
-        self._loaded = loaded  # keeps the functions' variables alive
-        self._functions: dict[str, Any] = dict(loaded.signatures)
-        missing = sorted(set(self._functions) - set(self._signatures))
-        if missing:
-            log.warning("signatures without a SignatureDef are not served: %s", missing)
+        if isinstance(self._bundle, _FunctionBundle):
+            missing = sorted(self._bundle.names() - set(self._signatures))
+            if missing:
+                log.warning("signatures without a SignatureDef are not served: %s", missing)
         self._batching: BatchingParameters | None = None
         self._batch_hooks: BatchHooks | None = None
-        self._batchers: dict[str, Batcher[Mapping[str, Any], Mapping[str, Any]]] = {}
+        self._batchers: dict[str, Batcher[_Request, dict[str, _Output]]] = {}
         self._batchers_lock = threading.Lock()
         self._alone = threading.BoundedSemaphore(1)
 
@@ -599,29 +927,40 @@ class TensorFlowServable:
             alone.release()
 
     def close(self) -> None:
-        """Stop the batch threads (the version is unloading; nothing is in flight)."""
+        """Stop the batch threads and close the Session (the version is unloading;
+        nothing is in flight: every request holds the version until it is answered)."""
         with self._batchers_lock:
             batchers, self._batchers, self._batching = list(self._batchers.values()), {}, None
         for batcher in batchers:
             batcher.close()
+        self._bundle.close()
 
-    def _call(self, name: str, function: Any, arrays: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _runner(self, name: str) -> _Run:
+        signature, bundle = self._signatures[name], self._bundle
+        return lambda arrays, outputs: bundle.run(name, signature, arrays, outputs)
+
+    def _execute(
+        self, name: str, arrays: Mapping[str, Any], outputs: tuple[str, ...]
+    ) -> dict[str, _Output]:
         """Run signature `name` on validated inputs (NumPy arrays), batched when it can be.
 
-        A request runs alone when the signature has no free batch dimension,
-        when its inputs disagree on the row count, or when it has more rows
-        than max_batch_size.
+        A request runs alone when batching is off, when the signature has no
+        free batch dimension, when its inputs disagree on the row count (or
+        one is a scalar), or when it has more rows than max_batch_size.
+        Requests are batched only with requests whose inputs agree in every
+        dimension but the first and that ask for the same outputs.
         """
-        parameters = self._batching
-        rows = _rows(arrays)
-        batcher = None
-        if parameters is not None and rows is not None and rows <= parameters.max_batch_size:
-            batcher = self._batcher(name, function, parameters)
-        if batcher is None:
-            with self._unbatched():
-                return _run_alone(function, arrays)
-        key = tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items()))
-        return batcher.submit(key, rows or 0, arrays)
+        with _tensorflow_errors():
+            parameters = self._batching
+            rows = _rows(arrays)
+            batcher = None
+            if parameters is not None and rows is not None and rows <= parameters.max_batch_size:
+                batcher = self._batcher(name, parameters)
+            if batcher is None:
+                with self._unbatched():
+                    return self._bundle.run(name, self._signatures[name], arrays, outputs)
+            key = (outputs, tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items())))
+            return batcher.submit(key, rows or 0, _Request(arrays, outputs))
 
     def _batched(self, name: str) -> bool:
         """Whether predicts of signature `name` go through the batch queue."""
@@ -629,18 +968,18 @@ class TensorFlowServable:
         return self._batching is not None and signature is not None and _batchable(signature)
 
     def _batcher(
-        self, name: str, function: Any, parameters: BatchingParameters
-    ) -> Batcher[Mapping[str, Any], Mapping[str, Any]] | None:
-        signature = self._signatures.get(name)
-        if signature is None or not _batchable(signature):
+        self, name: str, parameters: BatchingParameters
+    ) -> Batcher[_Request, dict[str, _Output]] | None:
+        if not self._batched(name):
             return None
         with self._batchers_lock:
             batcher = self._batchers.get(name)
             if batcher is None and self._batching is not None:
+                run = self._runner(name)
                 batcher = Batcher(
                     parameters,
-                    lambda payloads, padded: _run_batch(function, payloads, padded),
-                    lambda payload: _run_alone(function, payload),
+                    lambda payloads, padded: _run_batch(run, payloads, padded),
+                    lambda payload: run(payload.arrays, payload.outputs),
                     self._batch_hooks,
                     name=f"batch-v{self._version}",
                 )
@@ -660,25 +999,19 @@ class TensorFlowServable:
         return self._warmup_records
 
     def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
-        function = self._functions.get(signature_name)
-        if function is None:
+        """REST's predict: validated inputs in, every output of the signature out.
+
+        Shapes are not checked against the signature (TF Serving does not):
+        the graph takes what it can, and refuses the rest with its own error.
+        """
+        signature = self._signatures.get(signature_name)
+        if signature is None or not self._bundle.runs(signature_name):
             raise p.bad_request(
                 f'Serving signature name: "{signature_name}" not found in signature def'
             )
-        try:
-            if self._batched(signature_name):
-                arrays = {name: _to_numpy(tensor) for name, tensor in inputs.items()}
-                results = self._call(signature_name, function, arrays)
-            else:
-                arguments = {name: _to_tf(tensor) for name, tensor in inputs.items()}
-                with self._unbatched():
-                    results = _invoke(function, arguments)
-        except tf.errors.OpError as err:
-            status = _HTTP_STATUS.get(int(err.error_code), 500)
-            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
-            raise p.ApiError(status, message) from None
-        except (TypeError, ValueError) as err:  # arguments the function cannot bind
-            raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
+        with _tensorflow_errors():
+            arrays = {name: _to_numpy(tensor) for name, tensor in inputs.items()}
+        results = self._execute(signature_name, arrays, tuple(sorted(signature.outputs)))
         return {name: _from_tf(name, value) for name, value in results.items()}
 
     def predict_protos(
@@ -687,18 +1020,20 @@ class TensorFlowServable:
         """gRPC's Predict: TensorProtos in, (signature name, TensorProtos out).
 
         The checks and messages are TF Serving's (servables/tensorflow/
-        predict_util.cc); inputs are read as TensorFlow's Tensor::FromProto
-        reads them (tensor_content or the typed value fields, the last value
-        filling the shape), after their decoded size is checked
-        (:func:`decode_tensor_protos`), outputs written into the typed value
+        predict_util.cc): the signature and its method, the input names, the
+        output filter, each input's dtype; not its shape, which the graph
+        checks. Inputs are read as TensorFlow's Tensor::FromProto reads them
+        (tensor_content or the typed value fields, the last value filling the
+        shape), after their decoded size is checked
+        (:func:`decode_tensor_protos`); only the outputs asked for are
+        computed (all without a filter), and written into the typed value
         fields (float_val, int64_val, string_val, ...) as TF Serving's
         Tensor::AsProtoField writes them, so clients that read those fields
         directly work unchanged.
         """
         name = signature_name or DEFAULT_SIGNATURE
         signature = self._signatures.get(name)
-        function = self._functions.get(name)
-        if signature is None or function is None:
+        if signature is None or not self._bundle.runs(name):
             raise p.ApiError(
                 400, f'Serving signature key "{name}" not found.', code="FAILED_PRECONDITION"
             )
@@ -724,28 +1059,10 @@ class TensorFlowServable:
                     f"Expects arg[{index}] to be {_tf_type(spec.dtype)} but "
                     f"{_tf_type(given)} is provided"
                 )
-            shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
-            limits.element_count(key, shape)
-            p.check_shape(key, shape, spec, name)
         arguments = decode_tensor_protos(inputs, self._expansion)
-        try:
-            if self._batched(name):
-                results = self._call(name, function, arguments)
-            else:
-                tensors = {
-                    key: tf.constant(array, dtype=tf.dtypes.as_dtype(inputs[key].dtype))
-                    for key, array in arguments.items()
-                }
-                with self._unbatched():
-                    results = _invoke(function, tensors)
-        except tf.errors.OpError as err:  # the model's own error: its code, as TF Serving
-            status = _HTTP_STATUS.get(int(err.error_code), 500)
-            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
-            raise p.ApiError(status, message, code=p.code_name(int(err.error_code))) from None
-        except (TypeError, ValueError) as err:  # arguments the function cannot bind
-            raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        wanted = list(output_filter) or sorted(results)
-        return name, {alias: _as_proto_field(alias, results[alias]) for alias in wanted}
+        wanted = tuple(output_filter) or tuple(sorted(signature.outputs))
+        results = self._execute(name, arguments, wanted)
+        return name, {alias: _as_proto_field(alias, results[alias]) for alias in results}
 
     def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
         name = ex.find_signature(signature_name, self._signatures)
@@ -754,7 +1071,7 @@ class TensorFlowServable:
             self._signature_texts[name],
             method_name_check=self._method_name_check,
         )
-        outputs = self._run_examples(name, examples)
+        outputs = self._run_examples(name, examples, (ex.CLASSES, ex.SCORES))
         return ex.classification_result(
             len(examples), _output(outputs, ex.CLASSES), _output(outputs, ex.SCORES)
         )
@@ -766,7 +1083,7 @@ class TensorFlowServable:
             self._signature_texts[name],
             method_name_check=self._method_name_check,
         )
-        outputs = self._run_examples(name, examples)
+        outputs = self._run_examples(name, examples, (ex.OUTPUTS,))
         output = _output(outputs, ex.OUTPUTS)
         if output is None:  # the function lost an output its SignatureDef declares
             raise p.bad_request(f"Could not find output tensor '{ex.OUTPUTS}'")
@@ -776,11 +1093,11 @@ class TensorFlowServable:
         self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
     ) -> list[ex.TaskResult]:
         """MultiInference (TF Serving's multi_inference.cc): every task checked, then
-        each task's signature run on the shared examples, then each result checked.
+        the tasks' signatures run on the shared examples, then each result checked.
 
-        The signatures run one after the other here (each a function of the
-        SavedModel; a signature appears once, duplicates are refused); TF Serving
-        runs them in one Session::Run.
+        As in TF Serving, the tasks run in one Session run: the examples fed to
+        each signature's input tensor, every task's outputs fetched together, so
+        the examples are parsed once and a node the signatures share runs once.
         """
         names = ex.check_tasks(
             tasks,
@@ -789,7 +1106,9 @@ class TensorFlowServable:
             method_name_check=self._method_name_check,
         )
         ex.check_examples(examples)
-        outputs = [self._run_examples(name, examples) for name in names]
+        outputs = self._run_tasks(
+            names, [_TASK_OUTPUTS[task.method_name] for task in tasks], examples
+        )
         results: list[ex.TaskResult] = []
         for task, out in zip(tasks, outputs, strict=True):
             if task.method_name == ex.CLASSIFY_METHOD:
@@ -802,37 +1121,61 @@ class TensorFlowServable:
             results.append(ex.regression_result(len(examples), output))
         return results
 
-    def _run_examples(self, name: str, examples: Sequence[bytes]) -> Mapping[str, Any]:
-        """Feed the serialized examples to the signature's one DT_STRING input."""
-        ex.check_examples(examples)
-        function = self._functions.get(name)
-        if function is None:
-            raise p.bad_request(f"No signature was found with the name: {name}")
+    def _run_tasks(
+        self, names: Sequence[str], wanted: Sequence[Sequence[str]], examples: Sequence[bytes]
+    ) -> list[Mapping[str, Any]]:
+        """Each signature of `names` on the examples, fetching its outputs of
+        `wanted`: one Session run for all (each graph tensor fed and fetched
+        once); an export loaded with tf.saved_model.load runs them one by one."""
+        bundle = self._bundle
+        if not isinstance(bundle, _SessionBundle):
+            return [self._run_examples(n, examples, w) for n, w in zip(names, wanted, strict=True)]
+        for name in names:
+            if not bundle.runs(name):
+                raise p.bad_request(f"No signature was found with the name: {name}")
+        signatures = [self._signatures[name] for name in names]
+        per_task = [
+            {alias: sig.outputs[alias].tensor_name for alias in aliases if alias in sig.outputs}
+            for sig, aliases in zip(signatures, wanted, strict=True)
+        ]
+        fetches = sorted({tensor for fetched in per_task for tensor in fetched.values()})
+        serialized = _strings(examples)
+        feeds = {sig.inputs[ex.INPUTS].tensor_name: serialized for sig in signatures}
         try:
-            serialized = tf.constant(list(examples), dtype=tf.string)
-            with self._unbatched():
-                results = function(**{ex.INPUTS: serialized})
+            with _tensorflow_errors(), self._unbatched():
+                values = dict(zip(fetches, bundle.run_tensors(feeds, fetches), strict=True))
+        except UnicodeDecodeError:
+            raise p.bad_request(_unparsable(examples)) from None
+        return [
+            {alias: values[tensor] for alias, tensor in fetched.items()} for fetched in per_task
+        ]
+
+    def _run_examples(
+        self, name: str, examples: Sequence[bytes], wanted: Sequence[str]
+    ) -> Mapping[str, Any]:
+        """Feed the serialized examples to the signature's one DT_STRING input;
+        fetch the outputs of `wanted` the signature has (as TF Serving's
+        classifier and regressor fetch only those)."""
+        ex.check_examples(examples)
+        signature = self._signatures[name]
+        if not self._bundle.runs(name):
+            raise p.bad_request(f"No signature was found with the name: {name}")
+        outputs = [alias for alias in wanted if alias in signature.outputs]
+        try:
+            with _tensorflow_errors(), self._unbatched():
+                return self._bundle.run(name, signature, {ex.INPUTS: _strings(examples)}, outputs)
         except UnicodeDecodeError:
             # TensorFlow quotes an unparsable example in its message, and its
             # bytes are not UTF-8 text: say which example, as TF Serving's text would.
             raise p.bad_request(_unparsable(examples)) from None
-        except tf.errors.OpError as err:
-            status = _HTTP_STATUS.get(int(err.error_code), 500)
-            message = p.tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
-            raise p.ApiError(status, message) from None
-        except (TypeError, ValueError) as err:
-            raise p.bad_request(str(err)[:MAX_ERROR_MESSAGE]) from None
-        if not isinstance(results, Mapping):
-            return {"output_0": results}
-        outputs: Mapping[str, Any] = results
-        return outputs
 
     def warm_up(self) -> None:
         """Replay the export's warm-up records, as TF Serving does; else run zeros once.
 
         Either way the first client request does not pay for TensorFlow's
-        tracing and allocation. A record that fails fails the load (the
-        version never becomes available), as in TF Serving.
+        first run (its Session callable made, memory allocated). A record
+        that fails fails the load (the version never becomes available), as
+        in TF Serving.
         """
         path = self._directory / WARMUP_FILE
         if path.is_file():
@@ -846,14 +1189,16 @@ class TensorFlowServable:
         from tensorflow_serving.apis import prediction_log_pb2  # noqa: PLC0415
 
         replayed = 0
-        for index, record in enumerate(tf.data.TFRecordDataset(str(path))):
+        with _quiet():
+            records = tf.compat.v1.io.tf_record_iterator(str(path))
+        for index, record in enumerate(records):
             if index >= MAX_WARMUP_RECORDS:
                 raise ValueError(
                     f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS}) at {path}"
                 )
             log_entry = prediction_log_pb2.PredictionLog()
             try:
-                log_entry.ParseFromString(record.numpy())
+                log_entry.ParseFromString(record)
             except Exception as err:
                 raise ValueError(f"Failed to parse warmup record {index} from {path}") from err
             kind = log_entry.WhichOneof("log_type")
@@ -874,20 +1219,15 @@ class TensorFlowServable:
                 continue
             request = log_entry.predict_log.request
             name = request.model_spec.signature_name or DEFAULT_SIGNATURE
-            function = self._functions.get(name)
-            if function is None:
+            if name not in self._signatures or not self._bundle.runs(name):
                 raise ValueError(
                     f"warm-up record {index} of {path}: serving signature name: "
                     f'"{name}" not found in signature def'
                 )
             try:
-                function(**decode_tensor_protos(request.inputs, self._expansion))
+                self.predict_protos(name, request.inputs, request.output_filter)
             except p.ApiError as err:
                 raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
-            except (tf.errors.OpError, TypeError, ValueError) as err:
-                raise ValueError(
-                    f"warm-up record {index} of {path} failed: {str(err)[:MAX_ERROR_MESSAGE]}"
-                ) from None
             replayed += 1
         return replayed
 
@@ -916,9 +1256,11 @@ class TensorFlowServable:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 
     def _warm_up_with_zeros(self) -> None:
-        """Run each predict signature once on zeros."""
+        """Run each signature with inputs once on zeros: a free dimension is 1,
+        a signature whose input has an unknown rank or dtype is skipped, and one
+        the graph refuses zeros for is logged and skipped."""
         for name, signature in self._signatures.items():
-            if name not in self._functions or not signature.inputs:
+            if not self._bundle.runs(name) or not signature.inputs:
                 continue
             inputs = {}
             for key, spec in signature.inputs.items():
@@ -954,6 +1296,7 @@ def load(
     `batching`: --enable_batching's parameters (warm-up runs unbatched).
     `max_body_bytes`: --max-body-bytes, which bounds what a gRPC request or a
     warm-up record may decode to (limits.py; default: the flag's default).
+    A version whose warm-up fails is closed before the error is raised.
     """
     servable = TensorFlowServable(
         directory,
@@ -961,8 +1304,12 @@ def load(
         method_name_check=method_name_check,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
     )
-    if warmup:
-        servable.warm_up()
+    try:
+        if warmup:
+            servable.warm_up()
+    except BaseException:
+        servable.close()
+        raise
     if batching is not None:
         servable.enable_batching(batching, batch_hooks or BatchHooks())
     return servable

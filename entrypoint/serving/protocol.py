@@ -4,10 +4,11 @@ Parsing and validating a predict request into flat, typed tensors, shaping
 model outputs into TF Serving's answers, the status and metadata bodies, and
 the URL grammar. Messages follow TF Serving's (tensorflow_serving/util/
 json_tensor.cc, model_servers/http_rest_api_handler.cc) so clients written
-against TF Serving see the same errors; where TF Serving lets a request reach
-the model and fail there (a shape that does not fit the signature, an integer
-out of range for int8), this module rejects it first with a 400 that names
-the input.
+against TF Serving see the same errors. Shapes are not checked against the
+signature, as in TF Serving: a tensor of any shape goes to the model, and the
+graph answers or refuses it. Where TF Serving lets a value reach the model
+and fail there (an integer out of range for int8), this module rejects it
+first with a 400 that names the input.
 
 Every function raises :class:`ApiError` (an HTTP status and a message) for
 bad input, never anything else.
@@ -308,8 +309,6 @@ def parse_predict_request(
         request_format = "columnar"
     else:
         raise bad_request("Missing 'inputs' or 'instances' key")
-    for input_name, tensor in tensors.items():
-        check_shape(input_name, tensor.shape, signature.inputs[input_name], name)
     return PredictRequest(name, request_format, tensors)
 
 
@@ -424,14 +423,20 @@ def _from_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
     values = {name: new_values(signature.inputs[name].dtype) for name in names}
 
     def add(item: Any, name: str) -> None:
+        # Every instance gives each input one row of the same shape, checked as
+        # TF Serving's AddInstanceItem does: filled, then its size, then its shape.
         spec = signature.inputs[name]
         shape = dense_shape(item)
-        if name in shapes and shapes[name] != shape:
+        _fill(item, shape, converter(spec.dtype), values[name])
+        if name not in shapes:
+            shapes[name] = shape
+        elif shapes[name] != shape:
+            expected, got = math.prod(shapes[name]), math.prod(shape)
+            if expected != got:
+                raise bad_request(f"Expecting tensor size: {expected} but got: {got}")
             raise bad_request(
                 f"Expecting shape {format_shape(shapes[name])} but got: {format_shape(shape)}"
             )
-        shapes[name] = shape
-        _fill(item, shape, converter(spec.dtype), values[name])
 
     for index, element in enumerate(instances):
         if objects:
@@ -491,20 +496,6 @@ def _from_inputs(value: Any, signature: Signature) -> dict[str, Tensor]:
 
 def format_shape(shape: Sequence[int] | None) -> str:
     return "[?]" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, signature: str) -> None:
-    """Reject a tensor whose shape the signature cannot accept (before TensorFlow does)."""
-    if spec.shape is None:
-        return
-    fits = len(shape) == len(spec.shape) and all(
-        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
-    )
-    if not fits:
-        raise bad_request(
-            f"input '{name}' has shape {format_shape(shape)}, but signature '{signature}' "
-            f"expects {format_shape(spec.shape)} (-1: any size)"
-        )
 
 
 # --------------------------------------------------------------------------
@@ -791,13 +782,16 @@ def tensorflow_error_message(text: str, limit: int = 2000) -> str:
     <unknown>, Feature: x (data type: float) is required but could not be
     found.").
     """
-    kept = [
-        part
-        for part in text.split("\n\n")
-        if part != "Graph execution error:"
-        and not part.startswith("Detected at node ")
-        and not part.startswith("  File ")
-    ]
+    kept = []
+    for part in text.split("\n\n"):
+        if part.startswith("Detected at node "):
+            # A function loaded from a SavedModel has no Python frames: the
+            # kernel's message follows this line in the same paragraph.
+            _, unavailable, rest = part.partition("<stack traces unavailable>\n")
+            if unavailable and rest:
+                kept.append(rest)
+        elif part != "Graph execution error:" and not part.startswith("  File "):
+            kept.append(part)
     message = _OP_SUFFIX.sub("", "\n\n".join(kept)).strip() or text
     return message[:limit]
 

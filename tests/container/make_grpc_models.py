@@ -10,6 +10,9 @@
   exists (gates.py): a predict that stays in flight until the test opens its
   gate, however fast the CPU. An empty gate (the server's warm-up on zeros)
   is not held.
+- DIR/matmul/1: serving_default takes x (float32 [None, 2]) and returns
+  y = x @ [[1], [1]] (each row's sum, [None, 1]): a graph that refuses a
+  shape its MatMul cannot take (InvalidArgument "Matrix size-incompatible").
 - DIR/defaults/1: serving_default takes x (float32 [None]) and y (float32 [],
   default 2.0: a tf.function's default argument, which TensorFlow 2.13+
   writes into the SignatureDef's `defaults`) and returns z = x * y.
@@ -57,6 +60,16 @@ def main(directory: Path) -> int:
     module.serve = gated
     tf.saved_model.save(
         module, str(directory / "gated" / "1"), signatures={"serving_default": gated}
+    )
+
+    row_sums = tf.function(
+        lambda x: {"y": tf.matmul(x, tf.ones([2, 1]))},
+        input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")],
+    )
+    module = tf.Module()
+    module.serve = row_sums
+    tf.saved_model.save(
+        module, str(directory / "matmul" / "1"), signatures={"serving_default": row_sums}
     )
 
     def scaled(x: Any, y: Any = tf.constant(2.0)) -> dict[str, Any]:  # noqa: B008 - TF's default

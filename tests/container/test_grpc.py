@@ -44,6 +44,7 @@ model_config_list {
   config { name: "dtypes" base_path: "/models/dtypes" }
   config { name: "gated" base_path: "/models/gated" }
   config { name: "examples" base_path: "/models/examples" }
+  config { name: "matmul" base_path: "/models/matmul" }
   config { name: "defaults" base_path: "/models/defaults" }
 }
 """
@@ -211,7 +212,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         {"op": "predict", "model": "plus", "label": "nolabel", "inputs": {"x": x_tensor(1.0)}},
         {"op": "predict", "model": "plus", "inputs": {"z": x_tensor(1.0)}},
         {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1, dtype="int32")}},
-        {"op": "predict", "model": "plus", "inputs": {"x": {"values": [[1.0]]}}},
+        {"op": "predict", "model": "matmul", "inputs": {"x": {"values": [[1.0, 2.0, 3.0]]}}},
         {"op": "predict", "model": "plus", "inputs": {"x": {"values": [1.0], "dtype_enum": 999}}},
         {"op": "predict", "model": "plus", "signature": "nope", "inputs": {"x": x_tensor(1.0)}},
         {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}, "output_filter": ["q"]},
@@ -232,8 +233,7 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("INVALID_ARGUMENT", "input size does not match signature: 1!=1 len({z}) != len({x}). "
          "Sent extra: {z}. Missing but required: {x}."),
         ("INVALID_ARGUMENT", "Expects arg[0] to be float but int32 is provided"),
-        ("INVALID_ARGUMENT", "input 'x' has shape [1,1], but signature 'serving_default' "
-         "expects [-1] (-1: any size)"),
+        ("INVALID_ARGUMENT", got[5][1]),  # the graph's own error, below
         ("INVALID_ARGUMENT", "tensor parsing error: x"),
         ("FAILED_PRECONDITION", 'Serving signature key "nope" not found.'),
         ("INVALID_ARGUMENT", "output tensor alias not found in signature: q Outputs expected "
@@ -247,9 +247,37 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
         ("INVALID_ARGUMENT", "ModelSpec has no name specified."),
         ("RESOURCE_EXHAUSTED", got[-1][1]),
     ]  # fmt: skip
+    # A shape the graph cannot take gets TensorFlow's own error with its code, as
+    # TF Serving's Session::Run gives it (no shape is checked against the signature).
+    assert got[5][1].startswith("Matrix size-incompatible: In[0]: [1,3], In[1]: [2,1]"), got[5]
     # 12 MB of floats against the 8 MiB limit (--max-body-bytes, REST's too).
     assert "Received message larger than max" in got[-1][1]
     assert "Traceback" not in server.logs()
+
+
+def test_the_graph_takes_shapes_its_signature_does_not_say(server: Server) -> None:
+    """plus says x is [-1]; y = x + V takes any shape, so TF Serving answers a
+    [1, 1] and a scalar x (its Session::Run feeds them as sent), and so does
+    this server, over gRPC and REST."""
+    two_d, scalar, rows = server.grpc(
+        {"op": "predict", "model": "plus", "version": 1, "inputs": {"x": {"values": [[1.0]]}}},
+        {"op": "predict", "model": "plus", "version": 1, "inputs": {"x": {"values": 2.0}}},
+        {"op": "predict", "model": "matmul", "inputs": {"x": {"values": [[1.0, 2.0]]}}},
+    )
+    assert (two_d["code"], two_d["outputs"]) == ("OK", {"y": [[2.0]]}), two_d
+    assert (scalar["code"], scalar["outputs"]) == ("OK", {"y": 3.0}), scalar
+    assert (rows["code"], rows["outputs"]) == ("OK", {"y": [[3.0]]}), rows
+    rest = httpx2.post(
+        server.rest + "/v1/models/plus/versions/1:predict",
+        json={"instances": [[1.0, 2.0]]},
+        timeout=30,
+    )
+    assert (rest.status_code, rest.json()) == (200, {"predictions": [[2.0, 3.0]]}), rest.text
+    refused = httpx2.post(
+        server.rest + "/v1/models/matmul:predict", json={"instances": [1.0, 2.0]}, timeout=30
+    )
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"].startswith("In[0] ndims must be >= 2"), refused.text
 
 
 def test_classify_and_regress(server: Server) -> None:

@@ -11,6 +11,11 @@ file, so no CPU speed matters.
 
 Unlike the cell's other tests, this one runs in CI (`make test`) too: see
 README, "The matrix in CI".
+
+The cell's TensorFlow 2.12 has Keras 2, which the image (Keras 3) cannot
+export with: here a Keras 2 model saved its four usual ways is loaded by the
+server's loader, each as a Session bundle (issue 22;
+docs/tf-serving.md, "Which exports load").
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove, wait
+from tests.container.test_saved_model_loading import assert_keras_ways
 from tests.matrix.conftest import (
     CELLS,
     LOCKS,
@@ -200,3 +206,30 @@ def test_sigterm_cuts_off_a_call_on_python_3_10(containers: Containers, server: 
     assert body["error"].startswith(STOPPED), body
     assert "Traceback" not in stopped.stderr
     assert "(1 call(s) cut off)" in stopped.stderr
+
+
+def test_keras_2_exports_load_as_session_bundles(containers: Containers) -> None:
+    """A Keras 2 Sequential with Dense and BatchNormalization layers saved with
+    tf.saved_model.save, with model.save(dir) (Keras 2's SavedModel format),
+    inside a tf.Module and under a MirroredStrategy: each is a Session bundle
+    with no variable to set from a copy (Keras 2's graph reads the variables
+    its checkpoint restores, as TF Serving expects) and answers what
+    tf.saved_model.load's signature answers."""
+    ran = containers.run(
+        ["python3", "/t/check_loading.py", "keras", "/tmp"],
+        volumes={str(CONTAINER_TESTS): {"bind": "/t", "mode": "ro"}},
+        nano_cpus=1_000_000_000,
+        timeout=600,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    result = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert result["keras"] == 2, result
+    assert_keras_ways(
+        result["ways"],
+        {
+            "tf.saved_model.save(model)": False,
+            "model.save(dir)": False,
+            "tf.Module holding the model": False,
+            "under MirroredStrategy": False,
+        },
+    )

@@ -475,5 +475,13 @@ def test_tensorflow_error_message_keeps_the_kernel_message() -> None:
         "Name: <unknown>, Feature: x (data type: float) is required but could not be found.\n"
         "\t [[{{node ParseExample/ParseExampleV2}}]]"
     )
+    loaded = (
+        "Graph execution error:\n\nDetected at node StatefulPartitionedCall/dense/Add defined "
+        "at (most recent call last):\n<stack traces unavailable>\nIn[0] is not a matrix\n\t "
+        "[[{{node StatefulPartitionedCall/dense/Add}}]] [Op:__inference_serving_default_76]"
+    )
+    assert p.tensorflow_error_message(loaded) == (
+        "In[0] is not a matrix\n\t [[{{node StatefulPartitionedCall/dense/Add}}]]"
+    )
     assert p.tensorflow_error_message("plain message") == "plain message"
     assert p.tensorflow_error_message("x" * 50, limit=10) == "x" * 10
