@@ -28,7 +28,7 @@ def prose(text: str) -> list[str]:
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
-        if fenced or line.startswith("    ") or line.startswith("\t"):
+        if fenced or line.startswith(("    ", "\t")):
             continue
         lines.append(line)
     return lines
@@ -72,7 +72,8 @@ def test_readme_is_the_front_door() -> None:
 
 def test_the_pages_are_found() -> None:
     names = {page.name for page in PAGES}
-    assert {"README.md", "configuration.md", "serving.md", "tf-serving.md", "architecture.md"} <= names
+    wanted = {"README.md", "configuration.md", "serving.md", "tf-serving.md", "architecture.md"}
+    assert wanted <= names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
