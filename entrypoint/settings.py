@@ -2,7 +2,7 @@
 
 :func:`parse_settings` never raises: every invalid value is a Problem (all of
 them, in table order) and the Settings are always usable (an invalid variable
-gives its default). README: "Environment variables". Beyond its rules:
+gives its default). the README's table. Beyond its rules:
 
 * Only ASCII whitespace around a value is ignored; a no-break space is reported.
 * Empty means unset everywhere; an explicit thread count ``0`` is "automatic"
