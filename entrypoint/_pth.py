@@ -6,7 +6,7 @@ is imported at interpreter start); ``tf_entrypoint_hook.pth`` calls
 :func:`install`. The finder answers only for ``tensorflow``, wraps that
 spec's loader, and once ``tensorflow/__init__.py`` has run imports
 :data:`HOOK_MODULE` and calls it, then leaves ``sys.meta_path``. It imports
-nothing at start-up. README: "What is applied where".
+nothing at start-up. docs/configuration.md: "What is applied where".
 """
 
 import os

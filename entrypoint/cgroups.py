@@ -3,7 +3,7 @@
 Finds the cpu controller through ``/proc/self/mountinfo`` and
 ``/proc/self/cgroup`` and walks up the levels, reading each with the version's
 module (:mod:`tf_entrypoint.cgroup_v1` or :mod:`tf_entrypoint.cgroup_v2`). Never
-raises: every oddity becomes a note. README: "How the CPU budget is detected".
+raises: every oddity becomes a note. docs/configuration.md.
 """
 
 from __future__ import annotations

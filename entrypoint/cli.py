@@ -1,7 +1,7 @@
 """The `tf-entrypoint` command: parse the command line, plan, report, exec.
 
-Our messages go to stderr; stdout belongs to the command. README: "The
-command line".
+Our messages go to stderr; stdout belongs to the command. docs/configuration.md:
+"The command line".
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ exit codes (before the hand-off; afterwards the exit code is COMMAND's own):
   {EXIT_CANNOT_EXECUTE}  COMMAND exists but cannot be executed
   {EXIT_NOT_FOUND}  COMMAND not found on PATH
 
-Our messages go to stderr, prefixed '{PROG}:'. See the README for the rules
-of each variable and the detection.
+Our messages go to stderr, prefixed '{PROG}:'. See docs/configuration.md for
+the rules of each variable and the detection.
 """
 
 

@@ -1,6 +1,6 @@
 """The CPU budget thread pools are sized to: precedence, rounding, and the sentence saying why.
 
-README: "How the CPU budget is detected" (precedence, rounding, limitations).
+docs/configuration.md: "How the CPU budget is detected" (precedence, rounding, limitations).
 """
 
 from __future__ import annotations

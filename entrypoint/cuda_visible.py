@@ -1,7 +1,7 @@
 """``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, read as CUDA and the toolkit do.
 
 ``CUDA_VISIBLE_DEVICES`` follows pytorch's reading (``_parse_visible_devices``,
-``_transform_uuid_to_ordinals``), which mirrors CUDA's. Pure. README: "How
+``_transform_uuid_to_ordinals``), which mirrors CUDA's. Pure. docs/gpus.md: "How
 visible GPUs are detected".
 """
 

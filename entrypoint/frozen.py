@@ -1,7 +1,7 @@
 """``@frozen``: frozen-dataclass semantics without importing ``dataclasses``.
 
 ``dataclasses`` imports ``inspect`` and execs every method: it was most of the
-entrypoint's start-up (README: "Benchmarks", overhead). ``@frozen`` gives an
+entrypoint's start-up (docs/benchmarks.md, overhead). ``@frozen`` gives an
 ``__init__`` (positional or keyword, declaration order, immutable class-level
 defaults), immutability (:class:`FrozenInstanceError`), value equality, a
 matching hash and repr, :func:`replace` and :func:`fields`; type checkers see

@@ -3,7 +3,7 @@
 The driver's list (:mod:`tf_entrypoint.nvidia`) seen through the visibility
 variables (:mod:`tf_entrypoint.cuda_visible`), numbered as TensorFlow numbers it,
 with one sentence saying why these GPUs or why none, and notes. Never raises.
-README: "How visible GPUs are detected".
+docs/gpus.md: "How visible GPUs are detected".
 """
 
 from __future__ import annotations

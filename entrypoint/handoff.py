@@ -2,7 +2,7 @@
 
 Written once by the entrypoint (:func:`encode_plan`, from a plan it made and
 trusts), read by the hook and the server (:func:`decode_plan`, which checks
-everything: the variable may come from anywhere). README: "What is applied where".
+everything: the variable may come from anywhere). docs/configuration.md.
 """
 
 from __future__ import annotations

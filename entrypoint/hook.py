@@ -3,7 +3,7 @@
 Called by ``_pth`` right after ``tensorflow/__init__.py`` has run; applies
 what :mod:`tf_entrypoint.handoff` carries (or, under ``docker exec``, the plan
 computed from the same variables). Never raises into the user's import.
-README: "What is applied where".
+docs/configuration.md: "What is applied where".
 """
 
 from __future__ import annotations

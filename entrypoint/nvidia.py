@@ -2,7 +2,7 @@
 
 Nothing is tried without a sign of the driver (``/dev/nvidiactl`` or
 ``/proc/driver/nvidia/gpus``). Never raises: what cannot be read becomes a
-note. README: "How visible GPUs are detected".
+note. docs/gpus.md: "How visible GPUs are detected".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 :func:`child_environment` is what the command receives (TF_ENTRYPOINT_PLAN
 included, see :mod:`tf_entrypoint.handoff`). The rules (threads = the budget, a
 count above it warned about, growth with caps, caps without GPUs) are the
-README's: "Environment variables" and "What is applied where".
+docs/configuration.md: "Environment variables", "What is applied where".
 """
 
 from __future__ import annotations

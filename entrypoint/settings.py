@@ -2,7 +2,7 @@
 
 :func:`parse_settings` never raises: every invalid value is a Problem (all of
 them, in table order) and the Settings are always usable (an invalid variable
-gives its default). README: "Environment variables". Beyond its rules:
+gives its default). the README's table. Beyond its rules:
 
 * Only ASCII whitespace around a value is ignored; a no-break space is reported.
 * Empty means unset everywhere; an explicit thread count ``0`` is "automatic"
@@ -504,9 +504,9 @@ TABLE: tuple[Variable, ...] = (
         "TF_ENTRYPOINT_HOOK",
         "off/false/0/no to disable",
         "on",
-        "The in-process hook (see [What is applied where](#what-is-applied-where)). Read by "
-        "the hook in every Python process; an unknown value keeps it on, with one warning "
-        "when TensorFlow is imported.",
+        "The in-process hook (see [What is applied where]"
+        "(docs/configuration.md#what-is-applied-where)). Read by the hook in every Python "
+        "process; an unknown value keeps it on, with one warning when TensorFlow is imported.",
     ),
     Variable(
         "TF_ENTRYPOINT_HOOK_VERBOSE",
@@ -523,9 +523,9 @@ VARIABLES: tuple[str, ...] = tuple(v.name for v in TABLE if v.parse is not None)
 def plain(text: str) -> str:
     """A table cell for a terminal: no backticks, links as their text."""
     text = text.replace("`", "")
-    while "](#" in text:
-        start, middle = text.index("["), text.index("](#")
-        end = text.index(")", middle)
+    while "](" in text:
+        middle = text.index("](")
+        start, end = text.rindex("[", 0, middle), text.index(")", middle)
         text = text[:start] + text[start + 1 : middle] + text[end + 1 :]
     return text
 

@@ -4,7 +4,7 @@ TensorFlow reads it only when a strategy is created, often minutes into a
 job, and reports mistakes as a bare ``JSONDecodeError`` or a worker that
 silently trains alone. :func:`check_tf_config` reports every mistake at once
 and never raises; ``json`` is imported only when TF_CONFIG is set. README:
-"Environment variables" (TF_CONFIG) and "Kubernetes" (multi-worker training).
+"Environment variables" (TF_CONFIG); docs/kubernetes.md (multi-worker training).
 
 What is checked, and TensorFlow's source for each rule (TF 2.21,
 ``tensorflow/python/distribute``):

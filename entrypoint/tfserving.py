@@ -8,8 +8,8 @@ applied to the budget. Our own ``tensorflow_model_server`` (a console script,
 recognised by its content, see :func:`is_our_server`) gets no flags: it is
 ``tf-entrypoint serve``, and its thread flags become the plan
 (:func:`thread_flags`). Pure but for :func:`find_command` and
-:func:`is_our_server`. README: "What is applied where" (TF Serving's flags) and
-"TF Serving's command line".
+:func:`is_our_server`. docs/configuration.md: "What is applied where" (TF Serving's
+flags); docs/tf-serving.md: "TF Serving's command line".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One table, :data:`FLAGS`, lists every flag: ours and every one of TF Serving's
 ``tensorflow_model_server`` (its main.cc), each implemented, read by the
 entrypoint into the plan, accepted with no effect (and a warning), or refused
-with the reason. It drives the parsing, ``--help`` and the README's table.
+with the reason. It drives the parsing, ``--help`` and docs/tf-serving.md's table.
 
 Concurrency is sized from the container's CPU budget, the same number the
 entrypoint gives TensorFlow's pools (see :func:`size_workers`).
@@ -343,7 +343,7 @@ FLAGS: tuple[Flag, ...] = (
          kind="limited", accepts=("0", "1"), why="records are replayed once"),
     # --- batching (issue 15)
     Flag("enable_batching", "server-side batching: concurrent predicts of one model "
-         "version and signature run as one TensorFlow call (README: Server-side batching)",
+         "version and signature run as one TensorFlow call (docs/batching.md)",
          aliases=("enable-batching",), boolean=True, env=ENV_ENABLE_BATCHING, default="false"),
     Flag("batching_parameters_file", "TF Serving's batching parameters file (text "
          "BatchingParameters: max_batch_size, batch_timeout_micros, max_enqueued_batches, "
@@ -509,7 +509,7 @@ be served (file, line and field on stderr).
 
 
 def markdown_table() -> str:
-    """The README's flag table (tests/unit/test_readme.py keeps them equal)."""
+    """docs/tf-serving.md's flag table (tests/unit/test_serving_flags.py keeps them equal)."""
     rows = ["| Flag | Variable | Default | What it does here |", "|---|---|---|---|"]
     for flag in FLAGS:
         spellings = " ".join(f"`{spelling}`" for spelling in flag.spellings)

@@ -1,4 +1,4 @@
-"""The README's "Use it in your own image" recipes: shown verbatim, built and run here.
+"""docs/own-image.md's recipes ("Use it in your own image"): shown verbatim, built and run here.
 
 (b) Dockerfile.add-entrypoint is what every matrix cell is built with; these
 tests add (a) Dockerfile.app on our own image, (b) Dockerfile.keep-entrypoint
@@ -26,7 +26,8 @@ from tests.matrix.conftest import (
     tensorflow_image,
 )
 
-README = (HERE.parents[1] / "README.md").read_text()
+#: The page that shows the recipes (they were in the README).
+OWN_IMAGE = (HERE.parents[1] / "docs" / "own-image.md").read_text()
 ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}
 
 
@@ -44,8 +45,9 @@ def indented(text: str) -> str:
         "Dockerfile.keep-entrypoint",
     ],
 )
-def test_readme_shows_the_recipe_verbatim(name: str) -> None:
-    assert indented((RECIPES / name).read_text()) in README, f"README differs from {name}"
+def test_the_docs_show_the_recipe_verbatim(name: str) -> None:
+    shown = indented((RECIPES / name).read_text())
+    assert shown in OWN_IMAGE, f"docs/own-image.md differs from {name}"
 
 
 def test_app_on_our_image(docker_client: docker.DockerClient, build_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""The README stays true to the code it documents."""
+"""The README and the configuration page stay true to the code they document."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pytest
 from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from tf_entrypoint.settings import TABLE, Variable
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+#: The command line and its exit codes (they were the README's).
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.mark.parametrize("doc", TABLE, ids=lambda d: d.name)
@@ -36,8 +40,9 @@ def test_the_variable_table_is_the_codes_table() -> None:
 
 @pytest.mark.parametrize("code", [EXIT_USAGE, EXIT_CONFIG, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND])
 def test_exit_codes_are_documented(code: int) -> None:
-    assert re.search(rf"^\| {code} \|", README, re.MULTILINE)
+    assert re.search(rf"^\| {code} \|", CONFIGURATION, re.MULTILINE)
 
 
-def test_no_placeholders_left() -> None:
-    assert not re.search(r"\b[A-Z]+(-[A-Z]+)+-TABLE\b", README)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_placeholders_left(page: Path) -> None:
+    assert not re.search(r"\b[A-Z]+(-[A-Z]+)+-TABLE\b", page.read_text())

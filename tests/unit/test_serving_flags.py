@@ -1,4 +1,4 @@
-"""TF Serving's command line: one table (FLAGS) drives parsing, --help and the README."""
+"""TF Serving's command line: one table (FLAGS) drives parsing, --help and docs/tf-serving.md."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from tf_entrypoint.serving.config import (
 from tf_entrypoint.serving.model_config import ConfigError
 
 HERE = Path(__file__).resolve().parent
-README = (HERE.parents[1] / "README.md").read_text()
+#: The TF Serving compatibility page holds the flag table (it was the README's).
+TF_SERVING_PAGE = (HERE.parents[1] / "docs" / "tf-serving.md").read_text()
 BUDGET = PlannedCpus(2, "test")
 #: KServe's TensorFlow runtime runs exactly this (its ServingRuntime `command:`).
 KSERVE = [
@@ -276,11 +277,11 @@ def test_version_prints_tf_servings_two_lines() -> None:
     assert lines[1].startswith("TensorFlow Library: ")
 
 
-def test_the_readme_table_is_the_codes_table() -> None:
+def test_the_docs_table_is_the_codes_table() -> None:
     table = markdown_table()
-    assert table.splitlines()[0] in README
-    start = README.index(table.splitlines()[0])
-    assert README[start : README.index("\n\n", start)] == table
+    assert table.splitlines()[0] in TF_SERVING_PAGE
+    start = TF_SERVING_PAGE.index(table.splitlines()[0])
+    assert TF_SERVING_PAGE[start : TF_SERVING_PAGE.index("\n\n", start)] == table
 
 
 def test_warm_up_and_the_method_name_check_reach_the_loader(
