@@ -261,9 +261,7 @@ class Manager:
         """Whether every model of the start-up configuration has served a version
         (then for good: TF Serving opens its ports at that moment)."""
         if not self._up:
-            self._up = not any(
-                m.counts_for_readiness and not m.serving for m in self._models.values()
-            )
+            self._up = not self._pending()
         return self._up
 
     def _starting(self) -> p.ApiError:
@@ -278,13 +276,10 @@ class Manager:
         open at once (for health and status); a request that would be NOT_FOUND
         is answered UNAVAILABLE until the start-up models are loaded.
         """
-        pending = sorted(
-            name for name, m in self._models.items() if m.counts_for_readiness and not m.serving
-        )
         return p.ApiError(
             503,
-            f"The server is starting: model(s) {', '.join(pending)} of its configuration "
-            "are not available yet; retry later",
+            f"The server is starting: model(s) {', '.join(sorted(self._pending()))} of its "
+            "configuration are not available yet; retry later",
             {"Retry-After": "1"},
         )
 
@@ -350,8 +345,12 @@ class Manager:
         """(models that keep the server unready, name -> versions serving)."""
         models = self._models
         serving = {name: [v.number for v in m.serving] for name, m in models.items()}
-        pending = [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
-        return pending, serving
+        return self._pending(models), serving
+
+    def _pending(self, models: Mapping[str, Model] | None = None) -> list[str]:
+        """The models that keep the server unready: counted, and no version serving."""
+        models = self._models if models is None else models
+        return [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
 
     # ------------------------------------------------------------------
     # The control side: one thread
