@@ -80,6 +80,19 @@ class Containers:
         with self.started(command, **kwargs) as container:
             return wait(container, timeout)
 
+    def export_models(self, root: Path, *scripts: str, timeout: float = 300) -> Path:
+        """Run each of tests/container's export `scripts` (``python SCRIPT /models``) in
+        the image, with `root` mounted at /models and writable by the image's user."""
+        root.chmod(0o777)
+        volumes = {
+            str(root): {"bind": "/models", "mode": "rw"},
+            str(REPO / "tests" / "container"): {"bind": "/t", "mode": "ro"},
+        }
+        for script in scripts:
+            ran = self.run(["python", f"/t/{script}", "/models"], volumes=volumes, timeout=timeout)
+            assert ran.exit_code == 0, f"{script}: {ran.stderr}"
+        return root
+
 
 def wait(container: Container, timeout: float) -> Ran:
     try:

@@ -38,18 +38,9 @@ def text_containers(docker_client: docker.DockerClient, image: str, flavor: str)
 
 @pytest.fixture(scope="module")
 def models(text_containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("text-models")
-    root.chmod(0o777)
-    ran = text_containers.run(
-        ["python", "/t/make_text_model.py", "/models"],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
+    return text_containers.export_models(
+        tmp_path_factory.mktemp("text-models"), "make_text_model.py"
     )
-    assert ran.exit_code == 0, ran.stderr
-    return root
 
 
 def test_a_tf_text_model_is_served(text_containers: Containers, models: Path) -> None:

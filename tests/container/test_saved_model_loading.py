@@ -36,16 +36,11 @@ INTRA, INTER = 3, 2
 @pytest.fixture(scope="module")
 def models(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """make_tfserving_models.py's exports and make_loading_models.py's, in one folder."""
-    root = tmp_path_factory.mktemp("loading-models")
-    root.chmod(0o777)
-    volumes = {
-        str(root): {"bind": "/models", "mode": "rw"},
-        str(HERE): {"bind": "/t", "mode": "ro"},
-    }
-    for script in ("make_tfserving_models.py", "make_loading_models.py"):
-        ran = containers.run(["python", f"/t/{script}", "/models"], volumes=volumes, timeout=300)
-        assert ran.exit_code == 0, ran.stderr
-    return root
+    return containers.export_models(
+        tmp_path_factory.mktemp("loading-models"),
+        "make_tfserving_models.py",
+        "make_loading_models.py",
+    )
 
 
 def check(

@@ -168,18 +168,9 @@ def config_text(models: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def models(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every model of these flows, exported in one run of the image."""
-    root = tmp_path_factory.mktemp("tfserving-models")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_tfserving_models.py", "/models"],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
+    return containers.export_models(
+        tmp_path_factory.mktemp("tfserving-models"), "make_tfserving_models.py"
     )
-    assert ran.exit_code == 0, ran.stderr
-    return root
 
 
 # --- what TF Serving's VerifyPredictRequest sends and checks
