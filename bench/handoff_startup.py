@@ -1,6 +1,6 @@
 """The hand-off's cost on this machine: `tf-entrypoint true` against `python -c pass`.
 
-    python -m bench.handoff_startup [TREE ...]   # each TREE holds an entrypoint/ folder
+    python -m bench.handoff_startup [TREE ...]   # each TREE: a checkout of this repository
 
 `tf-entrypoint true` runs as its console script does (import tf_entrypoint.cli,
 call main). The commands run interleaved (so all see the same machine),
@@ -35,7 +35,11 @@ def main(trees: list[str]) -> None:
     commands = {"python -c pass": ([sys.executable, "-c", "pass"], roots[0])}
     for root in roots:
         argv = [sys.executable, "-c", _CONSOLE_SCRIPT]
-        commands[f"{root}: tf-entrypoint true"] = (argv, root)
+        # The package is entrypoint/tf_entrypoint/; older checkouts had a
+        # tf_entrypoint symlink at the root instead.
+        package_parent = root / "entrypoint"
+        cwd = package_parent if (package_parent / "tf_entrypoint").is_dir() else root
+        commands[f"{root}: tf-entrypoint true"] = (argv, cwd)
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(ROUNDS):
         for name, (argv, cwd) in commands.items():

@@ -12,7 +12,7 @@ a rotating order, so the container start is out of the picture:
 * `tf-entrypoint explain` and `explain --json`.
 
 Then, in fresh interpreters that have imported TensorFlow with the hook off,
-the hook's own work when it fires (load entrypoint/hook.py, find the plan,
+the hook's own work when it fires (load entrypoint/tf_entrypoint/hook.py, find the plan,
 call the tf.config setters): with the plan from TF_ENTRYPOINT_PLAN (after the
 entrypoint) and computed in-process (docker exec). And `python -X importtime`
 of `python -m tf_entrypoint true` and of `python -c pass`, to show where the time

@@ -111,7 +111,9 @@ class GpuPlace:
         return json.loads(ran.stdout)
 
     def _host(self, args: list[str], env: dict[str, str] | None, timeout: float) -> Ran:
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        path = os.pathsep.join(
+            p for p in (str(REPO / "entrypoint"), os.environ.get("PYTHONPATH", "")) if p
+        )
         done = subprocess.run(
             [sys.executable, "-m", "tf_entrypoint", *args],
             env={**os.environ, "PYTHONPATH": path, **(env or {})},

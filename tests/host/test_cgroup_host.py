@@ -231,10 +231,18 @@ def run_in(directory: Path, rounding: Rounding = "floor") -> dict[str, Any]:
         CHILD_SCRIPT,
         rounding,
     ]
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    pythonpath = os.pathsep.join(
+        filter(None, [str(REPO / "entrypoint"), os.environ.get("PYTHONPATH")])
+    )
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False
+        command,
+        cwd=REPO / "entrypoint",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout)

@@ -691,7 +691,11 @@ def test_unreadable_file_chmod_000(tmp_path: Path) -> None:
         command = [setpriv, "--bounding-set=-dac_override,-dac_read_search", *command]
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2]
+            command,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parents[2] / "entrypoint",
         )
     finally:
         target.chmod(0o644)

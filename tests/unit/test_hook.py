@@ -39,8 +39,8 @@ from tf_entrypoint.handoff import HookPlan, decode_plan, encode_plan
 from tf_entrypoint.hook import apply, on_tensorflow_imported
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "entrypoint"
-#: The package's import name (the folder is entrypoint/ whatever it is).
+PACKAGE = REPO / "entrypoint" / "tf_entrypoint"
+#: The package's import name (its folder is entrypoint/tf_entrypoint/).
 IMPORT_NAME = hook.__package__ or ""
 
 # --- the fake TensorFlow ----------------------------------------------------------
@@ -1175,7 +1175,7 @@ def test_a_users_modules_never_shadow_the_command_line(tmp_path: Path) -> None:
     # `python -m` puts the working directory first on sys.path (`serve` runs that way).
     done = subprocess.run(
         [sys.executable, "-m", IMPORT_NAME, "--version"],
-        env=clean_environment(PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"),
+        env=clean_environment(PYTHONPATH=str(REPO / "entrypoint"), PYTHONDONTWRITEBYTECODE="1"),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -142,8 +142,8 @@ def test_entrypoint_without_tensorflow_warns_once_and_runs_the_command() -> None
     code = "print('ran')"
     ran = subprocess.run(
         [sys.executable, "-m", "tf_entrypoint", "--", sys.executable, "-c", code],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+        cwd=REPO / "entrypoint",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "entrypoint")},
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tf_entrypoint import hook
 
-PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint"
-#: The package's import name (the folder is entrypoint/ whatever it is).
+PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint" / "tf_entrypoint"
+#: The package's import name (its folder is entrypoint/tf_entrypoint/).
 NAME = hook.__package__ or ""
 
 

@@ -52,8 +52,13 @@ def run_entrypoint(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     code = "import sys; print('out'); sys.exit(3)"
     return subprocess.run(
         [sys.executable, "-m", "tf_entrypoint", "--", sys.executable, "-c", code],
-        cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "TF_ENTRYPOINT_HOOK": "off", **env},
+        cwd=REPO / "entrypoint",
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(REPO / "entrypoint"),
+            "TF_ENTRYPOINT_HOOK": "off",
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -49,7 +49,7 @@ def test_import_stays_cheap(module: str) -> None:
     code = f"import sys, {module}; print(sorted(set({sorted(CASES[module])!r}) & set(sys.modules)))"
     result = subprocess.run(
         [sys.executable, "-S", "-c", code],
-        cwd=REPO,
+        cwd=REPO / "entrypoint",
         capture_output=True,
         text=True,
         check=True,
@@ -78,7 +78,7 @@ def test_hand_off_stays_cheap(command: str) -> None:
     script = HAND_OFF_SCRIPT.replace('["true"]', repr([command]))
     result = subprocess.run(
         [sys.executable, "-S", "-c", script, ",".join(sorted(heavy))],
-        cwd=REPO,
+        cwd=REPO / "entrypoint",
         capture_output=True,
         text=True,
         check=True,

@@ -52,7 +52,9 @@ def test_version_comes_from_git(two_builds: tuple[Path, Path]) -> None:
     wheel = two_builds[0]
     head = git("rev-parse", "--short=12", "HEAD")
     base = re.search(
-        r'^__version__ = "(.*)"$', (REPO / "entrypoint/__init__.py").read_text(), re.MULTILINE
+        r'^__version__ = "(.*)"$',
+        (REPO / "entrypoint/tf_entrypoint/__init__.py").read_text(),
+        re.MULTILINE,
     )
     assert base
     tagged = subprocess.run(
@@ -81,7 +83,7 @@ def test_wheel_carries_the_hook_at_the_top_of_site_packages(two_builds: tuple[Pa
         pth = archive.read("tf_entrypoint_hook.pth").decode()
         stamps = {info.date_time for info in archive.infolist()}
     assert {"tf_entrypoint_hook.pth", "_tf_entrypoint_pth.py", "tf_entrypoint/hook.py"} <= names
-    assert pth == (REPO / "entrypoint" / "tf_entrypoint_hook.pth").read_text()
+    assert pth == (REPO / "entrypoint" / "tf_entrypoint" / "tf_entrypoint_hook.pth").read_text()
     # Every entry is stamped with the commit's time, not the build's.
     assert len(stamps) == 1
 
