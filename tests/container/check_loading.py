@@ -52,13 +52,13 @@ def bundle(servable: Any) -> Any:
 
 
 def values_list(values: Any) -> list[Any]:
-    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+    from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     return p.values_list(values)
 
 
 def rest_x(*values: float) -> Any:
-    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+    from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     return p.Tensor("DT_FLOAT", (len(values), 1), list(values))
 
@@ -166,7 +166,7 @@ def repair(models: Path) -> dict[str, Any]:
     import tensorflow as tf  # noqa: PLC0415
 
     from tf_entrypoint.serving import model  # noqa: PLC0415
-    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+    from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     found: dict[str, Any] = {}
     for name, alias, shape in (
@@ -204,7 +204,7 @@ def keras(models: Path) -> dict[str, Any]:
     import tensorflow as tf  # noqa: PLC0415
 
     from tf_entrypoint.serving import model  # noqa: PLC0415
-    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+    from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -282,9 +282,9 @@ def multi(models: Path) -> dict[str, Any]:
     """counted/1: how many Session runs a MultiInference of classify and regress
     makes (the shared node's `runs` before and after), against Classify and
     Regress alone, and the answers."""
-    from tf_entrypoint.serving import examples as ex  # noqa: PLC0415
     from tf_entrypoint.serving import model  # noqa: PLC0415
-    from tf_entrypoint.serving import protocol as p  # noqa: PLC0415
+    from tf_entrypoint.serving.codec import examples as ex  # noqa: PLC0415
+    from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     example_pb2 = __import__("tensorflow.core.example.example_pb2", fromlist=["x"])
     examples = []

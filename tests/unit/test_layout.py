@@ -19,22 +19,28 @@ def module_name(path: Path) -> str:
     return ".".join((NAME, *parts))
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every package module `path` imports, at the top or inside a function."""
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """Every package module `path` imports, at the top or inside a function.
+
+    `from pkg import sub` names the module pkg.sub when that is a module (the
+    package's own __init__ has already run by then), else pkg.
+    """
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
     return {name for name in found if name.startswith(f"{NAME}.")}
 
 
 def graph() -> dict[str, set[str]]:
     paths = sorted(PACKAGE.rglob("*.py"))
     modules = {module_name(path): path for path in paths}
-    return {name: imports_of(path) & set(modules) for name, path in modules.items()}
+    names = set(modules)
+    return {name: (imports_of(path, names) & names) - {name} for name, path in modules.items()}
 
 
 def test_no_import_cycle_anywhere() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tf_entrypoint.serving.config import PlannedCpus, UsageError, parse_config
-from tf_entrypoint.serving.model_config import (
+from tf_entrypoint.serving.config.model_config import (
     All,
     ConfigError,
     Latest,

@@ -15,12 +15,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit import example_protos
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.app import InferencePool, create_app
+from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
-from tf_entrypoint.serving.metrics import Metrics
-from tf_entrypoint.serving.service import Answer
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.rest.app import InferencePool, create_app
+from tf_entrypoint.serving.rest.service import Answer
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))
@@ -682,9 +682,9 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
 ) -> None:
     """The control thread failing on a bug must not leave a server that answers
     /healthz 200 while nothing updates its models: it exits 1, saying why."""
-    from tf_entrypoint.serving import app as app_module  # noqa: PLC0415
-    from tf_entrypoint.serving import server  # noqa: PLC0415
-    from tf_entrypoint.serving.lifecycle import Manager  # noqa: PLC0415
+    from tf_entrypoint.serving import main as server  # noqa: PLC0415
+    from tf_entrypoint.serving.core.lifecycle import Manager  # noqa: PLC0415
+    from tf_entrypoint.serving.rest import app as app_module  # noqa: PLC0415
 
     export(tmp_path)
 

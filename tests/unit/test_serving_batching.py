@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.batching import (
+from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.batching import (
     QUEUE_FULL,
     QUEUED_TOO_LONG,
     Batcher,
@@ -23,7 +24,6 @@ from tf_entrypoint.serving.batching import (
     parse_batching_parameters,
     run_with_deadline,
 )
-from tf_entrypoint.serving.model_config import ConfigError
 
 PATH = Path("/etc/batching.txt")
 Rows = list[list[float]]

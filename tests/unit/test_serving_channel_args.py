@@ -6,8 +6,13 @@ import re
 
 import pytest
 
-from tf_entrypoint.serving import channel_args
-from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, UsageError, parse_config
+from tf_entrypoint.serving.config import (
+    PlannedCpus,
+    ServeConfig,
+    UsageError,
+    channel_args,
+    parse_config,
+)
 
 #: What TF Serving's test harness passes to every server since 2026-05, and
 #: what its testGoodGrpcChannelArgs adds.

@@ -19,14 +19,14 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.app import ServingState, create_app
-from tf_entrypoint.serving.batching import (
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.batching import (
     QUEUED_TOO_LONG,
     acquire_before_deadline,
     run_with_deadline,
 )
-from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
+from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
+from tf_entrypoint.serving.rest.app import ServingState, create_app
 
 
 class Stuck(HalfPlusTwo):

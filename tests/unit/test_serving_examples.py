@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit import example_protos as ep
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import limits
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.core import limits
+from tf_entrypoint.serving.core import types as p
 
 
 def f32(value: float) -> float:

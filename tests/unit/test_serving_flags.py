@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tf_entrypoint.serving import app as serving_app
 from tf_entrypoint.serving.config import (
     FLAGS,
     Flag,
@@ -23,7 +22,8 @@ from tf_entrypoint.serving.config import (
     parse_config,
     read_flags,
 )
-from tf_entrypoint.serving.model_config import ConfigError
+from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.rest import app as serving_app
 
 HERE = Path(__file__).resolve().parent
 #: The TF Serving compatibility page holds the flag table (it was the README's).

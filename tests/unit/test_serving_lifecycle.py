@@ -15,12 +15,8 @@ from typing import Any
 
 import pytest
 
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import lifecycle, repository
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.lifecycle import AVAILABLE, END, LOADING, UNLOADING, Manager, Version
-from tf_entrypoint.serving.metrics import Metrics
-from tf_entrypoint.serving.model_config import (
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.config.model_config import (
     All,
     ConfigError,
     Latest,
@@ -29,6 +25,17 @@ from tf_entrypoint.serving.model_config import (
     ServingConfig,
     Specific,
 )
+from tf_entrypoint.serving.core import lifecycle, repository
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.lifecycle import (
+    AVAILABLE,
+    END,
+    LOADING,
+    UNLOADING,
+    Manager,
+    Version,
+)
+from tf_entrypoint.serving.core.metrics import Metrics
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 

@@ -26,12 +26,13 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
-from tf_entrypoint.serving import http_limits, limits
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.app import InferencePool, ServingState, create_app
-from tf_entrypoint.serving.batching import run_with_deadline
-from tf_entrypoint.serving.metrics import Metrics
-from tf_entrypoint.serving.service import Answer, Body
+from tf_entrypoint.serving.core import limits
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.batching import run_with_deadline
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.rest import http_limits
+from tf_entrypoint.serving.rest.app import InferencePool, ServingState, create_app
+from tf_entrypoint.serving.rest.service import Answer, Body
 
 # -- the arithmetic
 

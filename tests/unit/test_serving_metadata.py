@@ -16,8 +16,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
 
-from tf_entrypoint.serving import metadata, proto_json
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.codec import metadata, proto_json
+from tf_entrypoint.serving.core import types as p
 
 _F = descriptor_pb2.FieldDescriptorProto
 OPTIONAL, REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED

@@ -13,9 +13,10 @@ from starlette.testclient import TestClient
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
 from tests.unit.test_serving_lifecycle import Fake, Loader, manager_for, spec
 from tests.unit.test_serving_lifecycle import export as export_version
-from tf_entrypoint.serving import monitoring, server
-from tf_entrypoint.serving.app import create_app
-from tf_entrypoint.serving.model_config import ConfigError
+from tf_entrypoint.serving import main as server
+from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.core import tfs_metrics as monitoring
+from tf_entrypoint.serving.rest.app import create_app
 
 UPSTREAM_PROTO = Path(__file__).parent / "data" / "monitoring_config.proto"
 PAGE = "/monitoring/prometheus/metrics"

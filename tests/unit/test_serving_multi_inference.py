@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.core import types as p
 
 EXAMPLES = p.TensorSpec("DT_STRING", (-1,), "tf_example:0")
 SCORES = p.TensorSpec("DT_FLOAT", (-1, 1), "y:0")

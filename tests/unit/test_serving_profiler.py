@@ -16,8 +16,8 @@ import grpc
 import pytest
 from grpc import aio
 
-from tf_entrypoint.serving import profiler
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.grpc import profiler
 
 PROFILE = "/tensorflow.ProfilerService/Profile"
 #: An answer over grpc's default 4 MiB receive limit (Monitor's, in Upstream).

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.core import types as p
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,), "serving_default_x:0")
 HALF_PLUS_TWO = p.Signature(inputs={"x": F32}, outputs={"y": p.TensorSpec("DT_FLOAT", (-1,))})

@@ -1,6 +1,6 @@
-"""`python -m tf_entrypoint.serving`: serve a SavedModel (see tf_entrypoint.serving.server)."""
+"""`python -m tf_entrypoint.serving`: serve a SavedModel (see tf_entrypoint.serving.main)."""
 
-from tf_entrypoint.serving.server import exit_now, main
+from tf_entrypoint.serving.main import exit_now, main
 
 # exit_now, not sys.exit: worker threads still computing calls cut off at the
 # end of the grace period must not hold the exit (server.exit_now).

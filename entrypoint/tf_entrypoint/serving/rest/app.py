@@ -31,16 +31,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tf_entrypoint.serving import monitoring, service
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.config import ServeConfig
-from tf_entrypoint.serving.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
-from tf_entrypoint.serving.lifecycle import Loader, Manager, Servable
-from tf_entrypoint.serving.limits import RequestLimits
-from tf_entrypoint.serving.metrics import Metrics
-from tf_entrypoint.serving.model_config import read_model_config
-from tf_entrypoint.serving.service import Answer, answer, error_answer
+from tf_entrypoint.serving.config.model_config import read_model_config
+from tf_entrypoint.serving.core import tfs_metrics as monitoring
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters, run_with_deadline
+from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
+from tf_entrypoint.serving.core.lifecycle import Loader, Manager, Servable
+from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.rest import service
+from tf_entrypoint.serving.rest.service import Answer, answer, error_answer
 
 log = logging.getLogger("tf_entrypoint.serving")
 

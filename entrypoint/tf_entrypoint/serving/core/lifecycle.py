@@ -26,11 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving import repository
-from tf_entrypoint.serving.metadata import rest_body as rest_metadata
-from tf_entrypoint.serving.model_config import (
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.codec.metadata import rest_body as rest_metadata
+from tf_entrypoint.serving.config.model_config import (
     ConfigError,
     ModelSpec,
     ServingConfig,
@@ -38,6 +36,8 @@ from tf_entrypoint.serving.model_config import (
     aspired_versions,
     describe_policy,
 )
+from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core import types as p
 
 log = logging.getLogger("tf_entrypoint.serving")
 

@@ -1,4 +1,4 @@
-"""A SavedModel version as a :class:`~tf_entrypoint.serving.service.Servable`.
+"""A SavedModel version as a :class:`~tf_entrypoint.serving.rest.service.Servable`.
 
 The only module of the server that imports TensorFlow. A SavedModel is
 loaded as TF Serving loads it, TF1 and TF2 exports alike: as a Session
@@ -36,16 +36,16 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 import tensorflow as tf
 
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import limits
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.batching import (
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.config import DEFAULT_MAX_BODY_BYTES
+from tf_entrypoint.serving.core import limits
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.batching import (
     Batcher,
     BatchHooks,
     BatchingParameters,
     acquire_before_deadline,
 )
-from tf_entrypoint.serving.config import DEFAULT_MAX_BODY_BYTES
 
 log = logging.getLogger("tf_entrypoint.serving")
 

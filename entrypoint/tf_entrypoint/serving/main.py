@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, NoReturn
 
 import uvicorn
 
-from tf_entrypoint.serving.app import ServingState, create_app
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
-from tf_entrypoint.serving.drain import EXIT_MARGIN
-from tf_entrypoint.serving.http_limits import uvicorn_options
-from tf_entrypoint.serving.limits import limit_malloc_arenas
-from tf_entrypoint.serving.model_config import ConfigError, describe_policy
+from tf_entrypoint.serving.config.model_config import ConfigError, describe_policy
+from tf_entrypoint.serving.core.drain import EXIT_MARGIN
+from tf_entrypoint.serving.core.limits import limit_malloc_arenas
+from tf_entrypoint.serving.rest.app import ServingState, create_app
+from tf_entrypoint.serving.rest.http_limits import uvicorn_options
 
 if TYPE_CHECKING:
-    from tf_entrypoint.serving.grpc_api import GrpcServer
+    from tf_entrypoint.serving.grpc.api import GrpcServer
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -311,7 +311,7 @@ def _start_grpc(state: ServingState) -> GrpcServer | None:
     config = state.config
     if not (config.grpc_port or config.grpc_socket_path):
         return None
-    from tf_entrypoint.serving.grpc_api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
+    from tf_entrypoint.serving.grpc.api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
 
     server = GrpcServer(state)
     server.start()

@@ -22,7 +22,7 @@ each, may take at most `limit` bytes (limits.EXPANSION x --max-body-bytes),
 checked before any copy is made (413 / RESOURCE_EXHAUSTED, not TF Serving's:
 it copies without bound).
 
-Every error is a :class:`~tf_entrypoint.serving.protocol.ApiError`; TF Serving
+Every error is a :class:`~tf_entrypoint.serving.core.types.ApiError`; TF Serving
 returns INVALID_ARGUMENT (HTTP 400) for all of them.
 """
 
@@ -36,8 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tf_entrypoint.serving import limits
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.core import limits
+from tf_entrypoint.serving.core import types as p
 
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"

@@ -1,8 +1,8 @@
 """The REST handlers, independent of TensorFlow and of HTTP.
 
-Each turns a :class:`~tf_entrypoint.serving.protocol.Route` (and a body) into an
+Each turns a :class:`~tf_entrypoint.serving.core.types.Route` (and a body) into an
 HTTP status and a JSON body, against the models a
-:class:`~tf_entrypoint.serving.lifecycle.Manager` serves; the TensorFlow
+:class:`~tf_entrypoint.serving.core.lifecycle.Manager` serves; the TensorFlow
 servable lives in :mod:`tf_entrypoint.serving.model`, the tests use a
 pure-Python one.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tf_entrypoint.serving import examples as ex
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.lifecycle import Manager
-from tf_entrypoint.serving.limits import RequestLimits
+from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.lifecycle import Manager
+from tf_entrypoint.serving.core.limits import RequestLimits
 
 
 @dataclass(frozen=True)

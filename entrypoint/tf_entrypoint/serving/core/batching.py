@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving import textproto
-from tf_entrypoint.serving.textproto import ConfigError
+from tf_entrypoint.serving.config import textproto
+from tf_entrypoint.serving.config.textproto import ConfigError
+from tf_entrypoint.serving.core import types as p
 
 P = TypeVar("P")
 R = TypeVar("R")

@@ -9,7 +9,7 @@ period, :meth:`CutOff.fire` cancels every request still being handled on
 REST's and gRPC's event loops, each answered 503 (REST, JSON ``{"error":
 ...}``) or UNAVAILABLE (gRPC) with :data:`STOPPED`'s text by the server
 itself; then the server exits without waiting for the worker threads
-(tf_entrypoint.serving.server), within :data:`EXIT_MARGIN` seconds.
+(tf_entrypoint.serving.main), within :data:`EXIT_MARGIN` seconds.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.core import types as p
 
 #: Seconds from the end of --grace-period to the process's exit, at most: the
 #: answers to the calls cut off are written, both listeners close, and the

@@ -15,8 +15,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from tf_entrypoint.serving.batching import BatchHooks
-from tf_entrypoint.serving.monitoring import TFServingMetrics
+from tf_entrypoint.serving.core.batching import BatchHooks
+from tf_entrypoint.serving.core.tfs_metrics import TFServingMetrics
 
 #: Seconds; from a cache-hot tiny model to a request that hits the timeout.
 LATENCY_BUCKETS = (

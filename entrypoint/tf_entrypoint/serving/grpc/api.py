@@ -4,9 +4,9 @@ The services are TF Serving's own, from `tensorflow-serving-api`'s stubs, so
 a client written for TF Serving (Python, Java, Go, KServe's `grpc-v1`) works
 unchanged. They run on a grpc.aio server with its own event loop on its own
 thread, next to REST's, and share with REST everything that matters: the
-models (:class:`~tf_entrypoint.serving.lifecycle.Manager`), the inference
+models (:class:`~tf_entrypoint.serving.core.lifecycle.Manager`), the inference
 workers and their admission limit
-(:class:`~tf_entrypoint.serving.app.InferencePool`), the request timeout,
+(:class:`~tf_entrypoint.serving.rest.app.InferencePool`), the request timeout,
 the message size limit and the drain on SIGTERM.
 
 Predict, Classify, Regress and MultiInference take their admission place
@@ -60,13 +60,15 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving import channel_args, metadata, monitoring, profiler
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving.app import Admission, ServingState
-from tf_entrypoint.serving.config import ServeConfig
-from tf_entrypoint.serving.drain import EXIT_MARGIN, TIMEOUT_ERRORS
-from tf_entrypoint.serving.lifecycle import Version
-from tf_entrypoint.serving.model_config import ConfigError, config_from_message
+from tf_entrypoint.serving.codec import metadata
+from tf_entrypoint.serving.config import ServeConfig, channel_args
+from tf_entrypoint.serving.config.model_config import ConfigError, config_from_message
+from tf_entrypoint.serving.core import tfs_metrics as monitoring
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.drain import EXIT_MARGIN, TIMEOUT_ERRORS
+from tf_entrypoint.serving.core.lifecycle import Version
+from tf_entrypoint.serving.grpc import profiler
+from tf_entrypoint.serving.rest.app import Admission, ServingState
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -416,7 +418,7 @@ class PredictionService:
 
     def _run_examples(self, kind: p.Kind, route: p.Route, request: Any) -> Any:
         """On a worker: Classify or Regress on the request's tf.Examples."""
-        from tf_entrypoint.serving import examples  # noqa: PLC0415
+        from tf_entrypoint.serving.codec import examples  # noqa: PLC0415
 
         serialized = examples.serialized_examples(
             request.input, limit=self.h.state.limits.expansion
@@ -456,7 +458,7 @@ class PredictionService:
 
     def _multi_inference(self, route: p.Route, request: Any) -> Any:
         """On a worker: every task on the request's examples, one result per task."""
-        from tf_entrypoint.serving import examples  # noqa: PLC0415
+        from tf_entrypoint.serving.codec import examples  # noqa: PLC0415
 
         serialized = examples.serialized_examples(
             request.input, limit=self.h.state.limits.expansion

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.core import types as p
 
 log = logging.getLogger("tf_entrypoint.serving")
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tf_entrypoint.serving import proto_json
-from tf_entrypoint.serving import protocol as p
+from tf_entrypoint.serving.codec import proto_json
+from tf_entrypoint.serving.core import types as p
 
 #: The type URL of a packed SignatureDefMap (google.protobuf.Any).
 TYPE_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tf_entrypoint.serving import protocol as p
-from tf_entrypoint.serving import textproto
-from tf_entrypoint.serving.textproto import ConfigError
+from tf_entrypoint.serving.config import textproto
+from tf_entrypoint.serving.config.textproto import ConfigError
+from tf_entrypoint.serving.core import types as p
 
 #: PrometheusExporter::kPrometheusPath: the page's path when `path` is empty.
 DEFAULT_PATH = "/monitoring/prometheus/metrics"

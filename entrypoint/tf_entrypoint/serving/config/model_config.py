@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tf_entrypoint.serving import textproto
-from tf_entrypoint.serving.textproto import ConfigError as ConfigError  # noqa: PLC0414 - re-exported
+from tf_entrypoint.serving.config import textproto
+from tf_entrypoint.serving.config.textproto import ConfigError as ConfigError  # noqa: PLC0414 - re-exported
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The serving package's `codec/` layer: see docs/architecture.md."""

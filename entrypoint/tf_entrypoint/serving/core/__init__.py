@@ -1,0 +1,1 @@
+"""The serving package's `core/` layer: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""The serving package's `grpc/` layer: see docs/architecture.md."""

@@ -1,0 +1,1 @@
+"""The serving package's `rest/` layer: see docs/architecture.md."""
