@@ -46,9 +46,9 @@ what the operation adds}. Operations ({"op": ...}):
   text format), or request_b64 (its bytes as sent, e.g. a corrupt message),
   fill ({input, floats}: that input becomes that many float zeros, as
   tensor_content), timeout; the result is {"code", "message", "size" (the
-  answer's byte count), "sha256" (of the answer's bytes as the server sent
-  them), "text" (the answer in text format, Any fields expanded)}: for
-  test_answers.py, which records answers byte for byte.
+  answer's byte count), "sha256" (of the answer serialized deterministically:
+  map entries in key order, also inside Any fields), "text" (the answer in text
+  format, Any fields expanded)}: for test_answers.py, which records answers.
 - profile: logdir, duration_ms, attempts, predict (a predict_typed op);
   TensorFlow's own profiler client (profiler_client.trace, as TensorBoard's
   profile plugin calls it) against the gRPC port while the predict runs
@@ -74,7 +74,7 @@ from typing import Any
 import grpc
 import numpy as np
 import tensorflow as tf
-from google.protobuf import descriptor_pool, json_format, text_format
+from google.protobuf import descriptor_pool, json_format, message_factory, text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import (
@@ -560,6 +560,33 @@ WIRE_METHODS: dict[str, tuple[str, Any, Any]] = {
 }  # fmt: skip
 
 
+def canonical(message: Any) -> None:
+    """Make every google.protobuf.Any in `message` hold its message serialized
+    deterministically (map entries by key), as SerializeToString(deterministic=True)
+    writes the rest: the server writes map entries in an order that varies
+    between runs."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if hasattr(value, "DESCRIPTOR"):  # one message
+            children = [value]
+        elif field.message_type.GetOptions().map_entry:
+            valued = field.message_type.fields_by_name["value"].message_type is not None
+            children = list(value.values()) if valued else []
+        else:  # a repeated message field
+            children = list(value)
+        for child in children:
+            if child.DESCRIPTOR.full_name == "google.protobuf.Any":
+                inner = message_factory.GetMessageClass(
+                    descriptor_pool.Default().FindMessageTypeByName(child.TypeName())
+                )()
+                child.Unpack(inner)
+                canonical(inner)
+                child.value = inner.SerializeToString(deterministic=True)
+            else:
+                canonical(child)
+
+
 def op_wire(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     path, request_class, response_class = WIRE_METHODS[op["method"]]
     if "request_b64" in op:
@@ -576,10 +603,10 @@ def op_wire(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     code, message, answer = call(method, body, op.get("timeout", 60))
     if answer is None:
         return {"code": code, "message": message}
-    text = text_format.MessageToString(
-        response_class.FromString(answer), descriptor_pool=descriptor_pool.Default()
-    )
-    digest = hashlib.sha256(answer).hexdigest()
+    response = response_class.FromString(answer)
+    text = text_format.MessageToString(response, descriptor_pool=descriptor_pool.Default())
+    canonical(response)
+    digest = hashlib.sha256(response.SerializeToString(deterministic=True)).hexdigest()
     return {"code": code, "message": message, "size": len(answer), "sha256": digest, "text": text}
 
 
