@@ -23,6 +23,7 @@ from tf_entrypoint.serving.config import (
     read_flags,
 )
 from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.core import admission
 from tf_entrypoint.serving.rest import app as serving_app
 
 HERE = Path(__file__).resolve().parent
@@ -326,5 +327,5 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
 def test_with_batching_every_admitted_request_gets_a_thread() -> None:
     off = parse("--workers=2", "--max-queue=40")
     on = parse("--workers=2", "--max-queue=40", "--enable_batching")
-    assert serving_app.request_threads(off) == 2
-    assert serving_app.request_threads(on) == 40
+    assert admission.request_threads(off) == 2
+    assert admission.request_threads(on) == 40
