@@ -27,12 +27,12 @@ from tf_entrypoint.serving.codec.json_values import (
     encode,
     json_type,
     parse_json_object,
-    quote,
     utf8,
 )
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import Classifications
+from tf_entrypoint.serving.core.types import quote
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from tf_entrypoint.serving.codec.json_values import (
     converter,
     encode,
     is_named_object,
-    quote,
 )
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.types import (
@@ -37,6 +36,7 @@ from tf_entrypoint.serving.core.types import (
     Tensor,
     TensorSpec,
     format_shape,
+    quote,
     values_list,
 )
 

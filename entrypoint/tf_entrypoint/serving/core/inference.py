@@ -19,6 +19,7 @@ multi_inference.cc. Every error is a :class:`ServingError`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -459,3 +460,33 @@ def multi_inference(
             raise invalid_argument(f"Could not find output tensor '{OUTPUTS}'")
         results.append(regression_result(len(examples), output))
     return results
+
+
+# --------------------------------------------------------------------------
+# TensorFlow's errors
+
+
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]\s*$")
+
+
+def tensorflow_error_message(text: str, limit: int = 2000) -> str:
+    """A TensorFlow op error as TF Serving would pass it on, cut to `limit` characters.
+
+    Eager TensorFlow puts "Graph execution error:" and the Python frames that
+    built the failing node before the kernel's message, and "[Op:...]" after
+    it; TF Serving's clients see only the kernel's message (e.g. "Name:
+    <unknown>, Feature: x (data type: float) is required but could not be
+    found.").
+    """
+    kept = []
+    for part in text.split("\n\n"):
+        if part.startswith("Detected at node "):
+            # A function loaded from a SavedModel has no Python frames: the
+            # kernel's message follows this line in the same paragraph.
+            _, unavailable, rest = part.partition("<stack traces unavailable>\n")
+            if unavailable and rest:
+                kept.append(rest)
+        elif part != "Graph execution error:" and not part.startswith("  File "):
+            kept.append(part)
+    message = _OP_SUFFIX.sub("", "\n\n".join(kept)).strip() or text
+    return message[:limit]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import array as py_array
 import contextlib
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, overload
@@ -22,6 +21,7 @@ import tensorflow as tf
 
 from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.inference import tensorflow_error_message
 from tf_entrypoint.serving.core.servable import Call
 from tf_entrypoint.serving.core.types import Signature, Tensor
 from tf_entrypoint.serving.model import signatures as sigs
@@ -32,31 +32,6 @@ MAX_ERROR_MESSAGE = 2000
 #: Output dtypes written as the shortest text of their float32 value (0.1, not
 #: 0.10000000149011612).
 FLOATS = frozenset({"DT_FLOAT", "DT_HALF", "DT_BFLOAT16"})
-
-_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\]\s*$")
-
-
-def tensorflow_error_message(text: str, limit: int = 2000) -> str:
-    """A TensorFlow op error as TF Serving would pass it on, cut to `limit` characters.
-
-    Eager TensorFlow puts "Graph execution error:" and the Python frames that
-    built the failing node before the kernel's message, and "[Op:...]" after
-    it; TF Serving's clients see only the kernel's message (e.g. "Name:
-    <unknown>, Feature: x (data type: float) is required but could not be
-    found.").
-    """
-    kept = []
-    for part in text.split("\n\n"):
-        if part.startswith("Detected at node "):
-            # A function loaded from a SavedModel has no Python frames: the
-            # kernel's message follows this line in the same paragraph.
-            _, unavailable, rest = part.partition("<stack traces unavailable>\n")
-            if unavailable and rest:
-                kept.append(rest)
-        elif part != "Graph execution error:" and not part.startswith("  File "):
-            kept.append(part)
-    message = _OP_SUFFIX.sub("", "\n\n".join(kept)).strip() or text
-    return message[:limit]
 
 
 @contextlib.contextmanager
