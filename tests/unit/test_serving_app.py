@@ -672,6 +672,8 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
 
     monkeypatch.setattr(app_module, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
     monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
+    frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
+    monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -683,4 +685,5 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     thread.join(120)  # at once, unless the server goes on without its model manager
     assert not thread.is_alive(), "the server kept running after its model manager failed"
     assert exits == [server.EXIT_FATAL]
+    assert frozen == [True]
     assert "the model manager thread failed: KeyError: 'a bug'; exiting" in caplog.text
