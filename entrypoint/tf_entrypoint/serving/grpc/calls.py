@@ -14,12 +14,14 @@ is too large, DEADLINE_EXCEEDED past the client's deadline or
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 
 from tf_entrypoint.serving.config.model_config import ConfigError
@@ -208,6 +210,8 @@ class Calls:
             if request is aio.EOF:  # none sent, or none read: cancelled, or too large
                 # (then grpc has already answered RESOURCE_EXHAUSTED itself)
                 request = p.bad_request(f"{method}: no request message was received")
+            elif isinstance(request, Undecodable):
+                request = p.bad_request(request.message)
             if isinstance(request, p.ApiError):
                 self.observe(method, request.code, started, None)
                 await abort(context, request.code, request.message)
@@ -249,3 +253,83 @@ class Calls:
         model = self.state.model_label(route)
         self.metrics.inference.labels(model).observe(seconds)
         self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+
+
+class Undecodable:
+    """A request message that does not parse: what :class:`ParseCheck`'s deserializers
+    return instead of raising (grpc would log a traceback and answer UNKNOWN)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, type_name: str) -> None:
+        self.message = f"Failed to parse the request message as {type_name}"
+
+
+def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """`deserializer` (a message class's FromString), returning Undecodable on bad bytes."""
+    message_class = getattr(deserializer, "__self__", None)
+    descriptor = getattr(message_class, "DESCRIPTOR", None)
+    type_name = getattr(descriptor, "full_name", "the method's request type")
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError:
+            return Undecodable(type_name)
+
+    return parse
+
+
+class ParseCheck(aio.ServerInterceptor):
+    """Every method's request message is parsed without raising; one that does not
+    parse is answered INVALID_ARGUMENT naming its type, with no traceback.
+
+    A method whose request is a stream (Predict, Classify, Regress and
+    MultiInference, admitted before their message is read) checks the message
+    when it reads it (:meth:`Calls.admitted`); the others are answered here,
+    before their handler runs. `observe(method, code, started)` counts the
+    call in the metrics (methods of METHODS only).
+    """
+
+    def __init__(self, observe: Callable[[str, str, float], None]) -> None:
+        self.observe = observe
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        handler = handler._replace(request_deserializer=tolerant(handler.request_deserializer))
+        if handler.request_streaming:
+            return handler
+        method = details.method.rpartition("/")[2]
+        field = "unary_stream" if handler.response_streaming else "unary_unary"
+        behavior = getattr(handler, field)
+        return handler._replace(**{field: self._checked(method, behavior)})
+
+    def _checked(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def refuse(request: Undecodable, context: Context) -> NoReturn:
+            if method in METHODS:
+                self.observe(method, "INVALID_ARGUMENT", time.perf_counter())
+            await abort(context, "INVALID_ARGUMENT", request.message)
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def checked_stream(request: Any, context: Context) -> Any:
+                if isinstance(request, Undecodable):
+                    await refuse(request, context)
+                async for response in behavior(request, context):
+                    yield response
+
+            return checked_stream
+
+        async def checked(request: Any, context: Context) -> Any:
+            if isinstance(request, Undecodable):
+                await refuse(request, context)
+            response = behavior(request, context)
+            if inspect.isawaitable(response):
+                response = await response
+            return response
+
+        return checked

@@ -27,7 +27,7 @@ from tf_entrypoint.serving.config import ServeConfig, channel_args
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.grpc import profiler
-from tf_entrypoint.serving.grpc.calls import Calls
+from tf_entrypoint.serving.grpc.calls import Calls, ParseCheck
 from tf_entrypoint.serving.grpc.health import (
     HEALTH_EVERY,
     NOT_SERVING,
@@ -116,8 +116,11 @@ class GrpcServer:
     async def _serve(self) -> None:
         config = self.state.config
         self._drain = asyncio.Event()
-        server = aio.server(options=server_options(config))
         handlers = Calls(self.state)
+        checks = ParseCheck(
+            lambda method, code, started: handlers.observe(method, code, started, None)
+        )
+        server = aio.server(options=server_options(config), interceptors=(checks,))
         profiling = self._profiler(handlers)
         server.add_generic_rpc_handlers((profiling,))
         add_prediction_service(PredictionService(handlers), server)

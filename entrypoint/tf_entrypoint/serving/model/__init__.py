@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tf_entrypoint.serving.config import DEFAULT_MAX_BODY_BYTES
+from tf_entrypoint.server_flags import DEFAULT_MAX_BODY_BYTES
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
 from tf_entrypoint.serving.model.batching import Batching
@@ -52,6 +52,7 @@ def load(
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
     max_body_bytes: int | None = None,
+    loader: str = LOADERS[0],
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
@@ -60,9 +61,12 @@ def load(
     `batching`: --enable_batching's parameters (warm-up runs unbatched).
     `max_body_bytes`: --max-body-bytes, which bounds what a warm-up record may
     decode to (limits.py; default: the flag's default).
+    `loader`: SERVE_SAVED_MODEL_LOADER, "session" or "tf2" (open_saved_model).
     A version whose warm-up fails is closed before the error is raised.
     """
-    servable = TensorFlowServable(directory, version, method_name_check=method_name_check)
+    servable = TensorFlowServable(
+        directory, version, method_name_check=method_name_check, loader=loader
+    )
     body = DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes
     try:
         if warmup:

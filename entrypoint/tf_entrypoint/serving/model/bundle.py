@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -30,16 +29,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tf_entrypoint.server_flags import ENV_SAVED_MODEL_LOADER, SAVED_MODEL_LOADERS
 from tf_entrypoint.serving.core.types import Signature
 from tf_entrypoint.serving.model.signatures import SERVE_TAG, read_meta_graph
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-#: Picks the loader: "session" (the default, TF Serving's) or "tf2"
-#: (tf.saved_model.load for every export, as this server did before; for
-#: benchmarks and diagnosis). See docs/tf-serving.md.
-LOADER_VARIABLE = "SERVE_SAVED_MODEL_LOADER"
-LOADERS = ("session", "tf2")
+#: The loaders (SERVE_SAVED_MODEL_LOADER, read and checked at start by config).
+LOADER_VARIABLE = ENV_SAVED_MODEL_LOADER
+LOADERS = SAVED_MODEL_LOADERS
 #: Session callables kept per version: one per signature and set of outputs
 #: asked for (gRPC's output_filter picks subsets); the least recently used
 #: beyond this are released.
@@ -344,14 +342,7 @@ class FunctionBundle:
 Bundle = SessionBundle | FunctionBundle
 
 
-def loader_choice() -> str:
-    chosen = os.environ.get(LOADER_VARIABLE, "").strip() or LOADERS[0]
-    if chosen not in LOADERS:
-        raise ValueError(f"{LOADER_VARIABLE}={chosen!r}: expected one of {', '.join(LOADERS)}")
-    return chosen
-
-
-def open_saved_model(directory: Path) -> tuple[Bundle, Any]:
+def open_saved_model(directory: Path, loader: str = LOADERS[0]) -> tuple[Bundle, Any]:
     """Load a SavedModel as TF Serving does; (the bundle, its 'serve' MetaGraphDef).
 
     Keras 3 (TensorFlow 2.16 and later) writes exports whose graph a Session
@@ -365,9 +356,12 @@ def open_saved_model(directory: Path) -> tuple[Bundle, Any]:
     (:meth:`SessionBundle.set_from_restored_copies`), and the export is
     served as a Session bundle; one whose unset variables have no such copy
     is loaded with tf.saved_model.load instead, which binds the signatures to
-    the restored variables through the object graph, with a warning.
+    the restored variables through the object graph, with a warning. `loader`
+    "tf2" (SERVE_SAVED_MODEL_LOADER) loads every export that way.
     """
-    if loader_choice() == "tf2":
+    if loader not in LOADERS:
+        raise ValueError(f"{LOADER_VARIABLE}={loader!r}: expected one of {', '.join(LOADERS)}")
+    if loader == "tf2":
         return FunctionBundle(directory), read_meta_graph(directory)
     bundle = _session_bundle(directory)
     graph = bundle.meta_graph

@@ -25,7 +25,15 @@ from tf_entrypoint.serving.core.inference import tensorflow_error_message
 from tf_entrypoint.serving.core.servable import Call
 from tf_entrypoint.serving.core.types import Signature, Tensor
 from tf_entrypoint.serving.model import signatures as sigs
-from tf_entrypoint.serving.model.bundle import Bundle, FunctionBundle, Output, SessionBundle, log
+from tf_entrypoint.serving.model.bundle import (
+    LOADERS,
+    Bundle,
+    FunctionBundle,
+    Output,
+    SessionBundle,
+    log,
+    open_saved_model,
+)
 
 #: Characters of a TensorFlow error message passed back to the client.
 MAX_ERROR_MESSAGE = 2000
@@ -170,8 +178,14 @@ class Direct:
 class TensorFlowServable:
     """One version of a SavedModel, loaded and ready to run (core/servable.py's Servable)."""
 
-    def __init__(self, directory: Path, version: int, *, method_name_check: bool = False) -> None:
-        from tf_entrypoint.serving.model.bundle import open_saved_model  # noqa: PLC0415
+    def __init__(
+        self,
+        directory: Path,
+        version: int,
+        *,
+        method_name_check: bool = False,
+        loader: str = LOADERS[0],
+    ) -> None:
 
         self.directory = directory
         self._version = version
@@ -179,7 +193,7 @@ class TensorFlowServable:
         #: Warm-up records replayed (model/warmup.py); seconds spent, None when none.
         self.warmup_records = 0
         self.warmup_seconds: float | None = None
-        self._bundle, graph = open_saved_model(directory)
+        self._bundle, graph = open_saved_model(directory, loader)
         self._signatures = sigs.signatures(graph)
         #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
         self.signature_def_map = sigs.signature_def_map(graph)
