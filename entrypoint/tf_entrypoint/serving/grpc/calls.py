@@ -28,6 +28,7 @@ from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.grpc import profiler
 
@@ -157,6 +158,8 @@ class Calls:
             code, message = "OK", ""
         except p.ApiError as err:
             code, message = err.code, err.message
+        except ServingError as err:
+            code, message = err.code.name, err.message
         except ConfigError as err:
             code, message = "INVALID_ARGUMENT", str(err)
         except asyncio.CancelledError:

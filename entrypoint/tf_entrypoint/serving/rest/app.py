@@ -17,9 +17,10 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.admission import InferencePool, request_threads
 from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
 from tf_entrypoint.serving.core.drain import STOPPED, CutOff
-from tf_entrypoint.serving.core.lifecycle import Loader, Manager, Servable
+from tf_entrypoint.serving.core.lifecycle import Loader, Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 from tf_entrypoint.serving.rest.handlers import Endpoints
