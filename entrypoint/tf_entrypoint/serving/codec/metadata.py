@@ -32,6 +32,11 @@ def rest_body(model: str, version: int, servable: Any) -> dict[str, Any]:
     }
 
 
+def rest_answer(model: str, version: int, servable: Any) -> bytes:
+    """:func:`rest_body` as sent; the manager encodes it once, when the version loads."""
+    return p.encode(rest_body(model, version, servable))
+
+
 def signature_def_map_json(servable: Any) -> dict[str, Any]:
     serialized: bytes = servable.signature_def_map
     if not serialized:

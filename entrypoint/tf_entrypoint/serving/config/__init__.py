@@ -23,11 +23,11 @@ from typing import Literal, TypeVar
 from tf_entrypoint.serving.config import channel_args
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
-    ServingConfig,
     read_model_config,
     single_model,
 )
 from tf_entrypoint.serving.core.batching import BatchingParameters, read_batching_parameters
+from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.tfs_metrics import MonitoringConfig, read_monitoring_config
 
 T = TypeVar("T")

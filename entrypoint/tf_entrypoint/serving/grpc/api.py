@@ -4,7 +4,7 @@ The services are TF Serving's own, from `tensorflow-serving-api`'s stubs, so
 a client written for TF Serving (Python, Java, Go, KServe's `grpc-v1`) works
 unchanged. They run on a grpc.aio server with its own event loop on its own
 thread, next to REST's, and share with REST everything that matters: the
-models (:class:`~tf_entrypoint.serving.core.lifecycle.Manager`), the inference
+models (:class:`~tf_entrypoint.serving.core.manager.Manager`), the inference
 workers and their admission limit
 (:class:`~tf_entrypoint.serving.rest.app.InferencePool`), the request timeout,
 the message size limit and the drain on SIGTERM.
@@ -66,7 +66,7 @@ from tf_entrypoint.serving.config.model_config import ConfigError, config_from_m
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN, TIMEOUT_ERRORS
-from tf_entrypoint.serving.core.lifecycle import Version
+from tf_entrypoint.serving.core.models import Version
 from tf_entrypoint.serving.grpc import profiler
 from tf_entrypoint.serving.rest.app import Admission, ServingState
 
@@ -101,7 +101,6 @@ HEALTH_EVERY = 0.2
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
-_STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
 
 
 #: Bytes a status message may take on the wire. grpc percent-encodes the
@@ -494,7 +493,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
             for status in self.h.manager.status(route):
                 entry = response.model_version_status.add()
                 entry.version = status.version
-                entry.state = _STATES[status.state]
+                entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(status.state)
                 entry.status.error_code = _code_number(status.error_code)
                 entry.status.error_message = status.error_message
             return response

@@ -31,15 +31,17 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import read_model_config
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters, run_with_deadline
 from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
-from tf_entrypoint.serving.core.lifecycle import Loader, Manager, Servable
 from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.rest import service
 from tf_entrypoint.serving.rest.service import Answer, answer, error_answer
 
@@ -443,7 +445,7 @@ def create_app(
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
         metrics.add_model(name)
-    manager = Manager(loader, metrics)
+    manager = Manager(loader, metrics, metadata.rest_answer)
     manager.apply(config.models, initial=True)
     state = ServingState(
         config=config,

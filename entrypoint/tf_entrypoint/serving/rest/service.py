@@ -2,7 +2,7 @@
 
 Each turns a :class:`~tf_entrypoint.serving.core.types.Route` (and a body) into an
 HTTP status and a JSON body, against the models a
-:class:`~tf_entrypoint.serving.core.lifecycle.Manager` serves; the TensorFlow
+:class:`~tf_entrypoint.serving.core.manager.Manager` serves; the TensorFlow
 servable lives in :mod:`tf_entrypoint.serving.model`, the tests use a
 pure-Python one.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
 
 
 @dataclass(frozen=True)
