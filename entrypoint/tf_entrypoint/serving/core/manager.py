@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import ConfigError
+from tf_entrypoint.serving.core.errors import Code, ConfigError
 from tf_entrypoint.serving.core.model_specs import (
     ServingConfig,
     Specific,
@@ -225,7 +225,7 @@ class Manager(Models):
         return self._failed(model, version, message, repository.error_code(err), 0.0)
 
     def _failed(
-        self, model: Model, version: Version, message: str, code: str, seconds: float
+        self, model: Model, version: Version, message: str, code: Code, seconds: float
     ) -> str:
         """Record a failed load (END with the error) in the status, the log and the metrics."""
         name = model.spec.name
@@ -255,7 +255,7 @@ class Manager(Models):
             seconds = time.monotonic() - started
             log.debug("loading %s failed", version.path, exc_info=True)
             message = f"loading {version.path} failed: {type(err).__name__}: {err}"
-            code = "UNKNOWN"
+            code = Code.UNKNOWN
             if isinstance(err, OSError) and err.errno is not None:
                 code = repository.error_code(err)
             return self._failed(model, version, message, code, seconds)

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code
 from tf_entrypoint.serving.core.model_specs import ModelSpec
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
@@ -82,7 +83,7 @@ class Version:
         self.state = START
         self.error = ""
         #: The error's canonical code for the status API (with `error`).
-        self.code = "UNKNOWN"
+        self.code = Code.UNKNOWN
         self.servable: Servable | None = None
         #: GET .../metadata's answer, encoded once at load time.
         self.metadata = b""
@@ -91,7 +92,7 @@ class Version:
 
     def status(self) -> p.VersionStatus:
         if self.error:
-            return p.VersionStatus(self.number, self.state, self.code, self.error)
+            return p.VersionStatus(self.number, self.state, self.code.name, self.error)
         return p.VersionStatus(self.number, self.state)
 
 
