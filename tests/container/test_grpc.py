@@ -255,6 +255,42 @@ def test_errors_carry_tf_serving_codes_and_messages(server: Server) -> None:
     assert "Traceback" not in server.logs()
 
 
+def test_a_message_that_does_not_parse_is_invalid_argument_naming_its_type(
+    server: Server,
+) -> None:
+    """Bytes that are not the method's request message are the client's mistake:
+    INVALID_ARGUMENT naming the type, no traceback (grpc's own answer was UNKNOWN
+    "Unexpected DecodeError", logged with one). TF Serving's C++ deserializer
+    fails such a call INTERNAL (docs/tf-serving.md)."""
+    truncated = "\n\x05ab"  # field 1, 5 bytes long, with 2 sent
+    methods = {
+        "/tensorflow.serving.PredictionService/Predict": "tensorflow.serving.PredictRequest",
+        "/tensorflow.serving.PredictionService/Classify": (
+            "tensorflow.serving.ClassificationRequest"
+        ),
+        "/tensorflow.serving.PredictionService/GetModelMetadata": (
+            "tensorflow.serving.GetModelMetadataRequest"
+        ),
+        "/tensorflow.serving.ModelService/GetModelStatus": (
+            "tensorflow.serving.GetModelStatusRequest"
+        ),
+        "/grpc.health.v1.Health/Check": "grpc.health.v1.HealthCheckRequest",
+    }
+    got = server.grpc(*({"op": "raw", "method": m, "body": truncated} for m in methods))
+    assert [(r["code"], r["message"]) for r in got] == [
+        ("INVALID_ARGUMENT", f"Failed to parse the request message as {name}")
+        for name in methods.values()
+    ]
+    logs = server.logs()
+    assert "Traceback" not in logs
+    assert "DecodeError" not in logs
+    # Still serving.
+    assert (
+        server.grpc({"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}})[0]["code"]
+        == "OK"
+    )
+
+
 def test_the_graph_takes_shapes_its_signature_does_not_say(server: Server) -> None:
     """plus says x is [-1]; y = x + V takes any shape, so TF Serving answers a
     [1, 1] and a scalar x (its Session::Run feeds them as sent), and so does

@@ -18,9 +18,10 @@ from tests.unit import example_protos
 from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.rest.app import InferencePool, create_app
-from tf_entrypoint.serving.rest.service import Answer
+from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.rest.errors import Answer
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))

@@ -25,8 +25,10 @@ from tf_entrypoint.serving.core.batching import (
     acquire_before_deadline,
     run_with_deadline,
 )
-from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff, CutOffMiddleware
-from tf_entrypoint.serving.rest.app import ServingState, create_app
+from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff
+from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 
 
 class Stuck(HalfPlusTwo):

@@ -28,11 +28,14 @@ from starlette.testclient import TestClient
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.batching import run_with_deadline
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.rest import http_limits
-from tf_entrypoint.serving.rest.app import InferencePool, ServingState, create_app
-from tf_entrypoint.serving.rest.service import Answer, Body
+from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.rest.body import Body
+from tf_entrypoint.serving.rest.errors import Answer
 
 # -- the arithmetic
 

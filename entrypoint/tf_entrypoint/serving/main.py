@@ -19,28 +19,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
-
-import uvicorn
 
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
 from tf_entrypoint.serving.core.limits import limit_malloc_arenas
 from tf_entrypoint.serving.core.model_specs import describe_policy
-from tf_entrypoint.serving.rest.app import ServingState, create_app
-from tf_entrypoint.serving.rest.http_limits import uvicorn_options
+from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.rest.transport import RestServer, rest_server
 
 if TYPE_CHECKING:
-    from tf_entrypoint.serving.grpc.api import GrpcServer
+    from tf_entrypoint.serving.grpc.transport import GrpcServer
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -127,32 +125,6 @@ class _Stop:
             return "stopped"
         took, cut = time.monotonic() - self.began, self.state.cutoff.cut
         return f"stopped {took:.2f} s after the drain began ({cut} call(s) cut off)"
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, telling the application when shutdown starts."""
-
-    def __init__(self, config: uvicorn.Config, stop: _Stop) -> None:
-        super().__init__(config)
-        self.stop = stop
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """The server's own handlers (main) stay and call handle_exit.
-
-        uvicorn's would re-raise the signal that stopped it once it has shut
-        down, which with Python's defaults turns a clean drain into "killed
-        by SIGTERM" (exit 143), and with ours would read as a second signal.
-        """
-        yield
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.stop.begin(sig)
-        # A second signal ends the grace period now (stop.begin): the calls
-        # still running are answered 503, and uvicorn's own answer to a second
-        # SIGINT (force_exit: drop them unanswered) is not wanted.
-        if not self.should_exit:
-            super().handle_exit(sig, frame)
 
 
 def exit_now(code: int) -> NoReturn:
@@ -250,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rest is not None:
             rest.should_exit = True  # read by uvicorn's main loop every 0.1 s
 
-    rest: _Server | None = None
+    rest: RestServer | None = None
     app = create_app(config, on_fatal=on_fatal)
     state: ServingState = app.state.serving
     stop = _Stop(state, lambda: EXIT_FATAL if fatal else EXIT_OK)
@@ -264,22 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # until main() returns, a drain that takes too long ends the process (_Stop)
         started = True
         if config.rest_port:
-            uv_config = uvicorn.Config(
-                app,
-                host=config.host,
-                port=config.rest_port,
-                lifespan="on",
-                log_config=None,  # ours, above
-                log_level=config.log_level,
-                access_log=config.access_log,
-                # A backstop never reached: requests still running when the
-                # grace period ends are answered 503 by the cut-off (drain.py)
-                # before uvicorn would cancel them (a 500 and a traceback).
-                timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
-                server_header=False,
-                **uvicorn_options(),  # a request's line and headers are bounded too
-            )
-            rest = _Server(uv_config, stop)
+            rest = rest_server(app, config, stop.begin)
             _handle_signals(rest.handle_exit)
             rest.run()
             started = rest.started  # False: port in use, lifespan failure (uvicorn logged why)
@@ -312,7 +269,7 @@ def _start_grpc(state: ServingState) -> GrpcServer | None:
     config = state.config
     if not (config.grpc_port or config.grpc_socket_path):
         return None
-    from tf_entrypoint.serving.grpc.api import GrpcServer  # noqa: PLC0415 - imports TensorFlow
+    from tf_entrypoint.serving.grpc.transport import GrpcServer  # noqa: PLC0415 - imports TensorFlow
 
     server = GrpcServer(state)
     server.start()

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any
 
 from tf_entrypoint.serving.core import types as p
@@ -42,11 +41,6 @@ STOPPED = (
 #: written as a tuple so that ruff's UP041 never rewrites it to the builtin
 #: alone when its target version is raised.
 TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Refused(p.ApiError):
@@ -114,54 +108,3 @@ class CutOff:
         task = asyncio.current_task()
         if task is not None and sys.version_info >= (3, 11):
             task.uncancel()
-
-
-class CutOffMiddleware:
-    """ASGI: every HTTP request is tracked; one cut off is answered 503 with JSON.
-
-    Covers whatever the request was doing when the grace period ended:
-    waiting for an inference worker, reading a slow client's body, or
-    anything else on the loop.
-    """
-
-    def __init__(self, app: App, cutoff: CutOff) -> None:
-        self.app = app
-        self.cutoff = cutoff
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: MutableMapping[str, Any]) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            with self.cutoff.track():
-                await self.app(scope, receive, sending)
-        except Refused as err:  # arrived after the cut-off
-            await _send_error(send, err.status, err.message)
-        except asyncio.CancelledError:
-            if not self.cutoff.fired:
-                raise
-            self.cutoff.absorb()
-            if not started:  # else the connection closes mid-answer, as it must
-                await _send_error(send, 503, self.cutoff.message)
-
-
-async def _send_error(send: Send, status: int, message: str) -> None:
-    body = json.dumps(p.error_body(message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

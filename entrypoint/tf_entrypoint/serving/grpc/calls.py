@@ -1,0 +1,332 @@
+"""One gRPC call's frame, shared by every service of the gRPC transport.
+
+Draining check, cut-off, admission before the message is read, the
+timeout (--request-timeout or the client's deadline), code mapping, the
+bound on a status message, metrics. Errors carry TF Serving's codes and
+messages: NOT_FOUND for an unknown model, version or label,
+INVALID_ARGUMENT for a bad tensor or signature, FAILED_PRECONDITION for a
+missing signature key, UNAVAILABLE while a model loads or the server
+drains, RESOURCE_EXHAUSTED when the admission limit is reached or a message
+is too large, DEADLINE_EXCEEDED past the client's deadline or
+--request-timeout (README: "gRPC").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc import aio
+
+from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.core import tfs_metrics as monitoring
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.grpc import profiler
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+R = TypeVar("R")
+#: A call's context (requests and responses are protobuf messages, untyped here).
+Context = aio.ServicerContext[Any, Any]
+
+#: The gRPC method names, the `method` label of the gRPC metrics.
+METHODS = (
+    "Predict",
+    "Classify",
+    "Regress",
+    "MultiInference",
+    "GetModelMetadata",
+    "GetModelStatus",
+    "HandleReloadConfigRequest",
+    *profiler.METHODS,
+    "ProfilerService",
+)
+#: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
+INFERENCE_METHODS = {
+    monitoring.API_GRPC_PREDICT: monitoring.RUNTIME_API_PREDICT,
+    monitoring.API_GRPC_CLASSIFY: monitoring.RUNTIME_API_CLASSIFY,
+    monitoring.API_GRPC_REGRESS: monitoring.RUNTIME_API_REGRESS,
+}
+
+
+#: Bytes a status message may take on the wire. grpc percent-encodes the
+#: message in the trailers (every byte outside printable ASCII, and "%", takes
+#: three), and its clients refuse a call whose trailers pass 8 kB (soft) to
+#: 16 kB (hard): an error quoting a request's 100 kB model name, or 2,000
+#: non-ASCII characters (12 bytes each encoded), reached the client as
+#: "received metadata size exceeds ... limit" instead of its own code.
+MAX_STATUS_MESSAGE_BYTES = 6000
+
+
+def _wire_bytes(char: str) -> int:
+    if " " <= char <= "~" and char != "%":
+        return 1
+    return 3 * len(char.encode("utf-8", "surrogatepass"))
+
+
+def status_message(message: str) -> str:
+    """`message`, cut (ending in "...") so that it takes at most
+    MAX_STATUS_MESSAGE_BYTES percent-encoded."""
+    if len(message) * 12 <= MAX_STATUS_MESSAGE_BYTES:  # fits whatever its characters
+        return message
+    budget = MAX_STATUS_MESSAGE_BYTES - 3
+    used = 0
+    for index, char in enumerate(message):
+        used += _wire_bytes(char)
+        if used > budget:
+            return message[:index] + "..."
+    return message
+
+
+async def abort(context: Context, code: str, message: str) -> NoReturn:
+    """End the call with `code` and `message` (cut to fit the trailers).
+
+    A call whose client has already gone (its deadline passed a moment before
+    the server's own timer, or it cancelled) cannot take a status any more:
+    grpc's abort then fails inside its C core with ExecuteBatchError, which
+    grpc would log with a traceback; the call ends as cancelled instead.
+    """
+    if not context.done():
+        try:
+            await context.abort(grpc.StatusCode[code], status_message(message))
+        except aio.AbortError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the status could not be sent: the call is gone
+            log.debug("gRPC call ended before its %s status could be sent: %s", code, err)
+    raise asyncio.CancelledError
+
+
+def route_of(kind: p.Kind, request: Any) -> p.Route:
+    """The model, version or label a request's ModelSpec addresses."""
+    if not request.HasField("model_spec"):
+        raise p.bad_request("Missing ModelSpec")
+    return route_of_spec(kind, request.model_spec)
+
+
+def route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
+    choice = spec.WhichOneof("version_choice")
+    version = int(spec.version.value) if choice == "version" else None
+    label = spec.version_label if choice == "version_label" else None
+    return p.Route(kind, spec.name, version, label)
+
+
+class Calls:
+    """What both services share: admission, timeouts, errors, metrics."""
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
+        self.manager = state.manager
+        self.metrics = state.metrics
+
+    def timeout(self, context: Context) -> float:
+        """Seconds the request may wait and run: --request-timeout or the deadline."""
+        limits = [self.state.config.request_timeout or float("inf")]
+        remaining = context.time_remaining()
+        if remaining is not None:
+            limits.append(max(remaining, 0.001))
+        limit = min(limits)
+        return 0.0 if limit == float("inf") else limit
+
+    async def call(
+        self,
+        method: str,
+        route: Callable[[], p.Route | None],
+        context: Context,
+        answer: Callable[[p.Route | None], Any],
+    ) -> Any:
+        """Run one RPC: `answer` gives the response or raises ApiError."""
+        started = time.perf_counter()
+        target: p.Route | None = None
+        cutoff = self.state.cutoff
+        try:
+            if self.state.draining:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            with cutoff.track():
+                target = route()
+                response = answer(target)
+                if asyncio.iscoroutine(response):
+                    response = await response
+            code, message = "OK", ""
+        except p.ApiError as err:
+            code, message = err.code, err.message
+        except ConfigError as err:
+            code, message = "INVALID_ARGUMENT", str(err)
+        except asyncio.CancelledError:
+            if not cutoff.fired:  # the client went away or its deadline passed
+                self.observe(method, "CANCELLED", started, target)
+                raise
+            cutoff.absorb()  # still running when the grace period ended
+            code, message = "UNAVAILABLE", cutoff.message
+        except Exception as err:  # a bug of ours: logged, answered INTERNAL, never hidden
+            log.error("internal error in gRPC %s", method, exc_info=err)
+            code, message = "INTERNAL", f"Internal error: {type(err).__name__}"
+        self.observe(method, code, started, target)
+        if code != "OK":
+            await abort(context, code, message)
+        return response
+
+    async def admitted(
+        self, method: str, context: Context, handle: Callable[[Any, Admission], Awaitable[Any]]
+    ) -> Any:
+        """Predict, Classify, Regress, MultiInference: the admission place, then the message.
+
+        These are registered as stream-unary methods (the same single message
+        on the wire), so that grpc has not read the message when this runs (`handle` gets it
+        and the admission place); a
+        call refused here (RESOURCE_EXHAUSTED, or UNAVAILABLE while draining)
+        never has its message read.
+        """
+        started = time.perf_counter()
+        cutoff = self.state.cutoff
+        try:
+            if self.state.draining:
+                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+            admission = self.state.pool.admit()
+        except p.ApiError as err:
+            self.observe(method, err.code, started, None)
+            await abort(context, err.code, err.message)
+        try:
+            try:
+                with cutoff.track():  # a message still arriving when the grace period ends
+                    request = await context.read()
+            except asyncio.CancelledError:
+                if not cutoff.fired:  # the client went away
+                    raise
+                cutoff.absorb()
+                request = p.ApiError(503, cutoff.message, code="UNAVAILABLE")
+            except p.ApiError as err:  # arrived after the cut-off
+                request = err
+            if request is aio.EOF:  # none sent, or none read: cancelled, or too large
+                # (then grpc has already answered RESOURCE_EXHAUSTED itself)
+                request = p.bad_request(f"{method}: no request message was received")
+            elif isinstance(request, Undecodable):
+                request = p.bad_request(request.message)
+            if isinstance(request, p.ApiError):
+                self.observe(method, request.code, started, None)
+                await abort(context, request.code, request.message)
+            return await handle(request, admission)
+        finally:
+            admission.close()
+
+    async def infer(
+        self,
+        route: p.Route,
+        context: Context,
+        work: Callable[[], R],
+        admission: Admission | None = None,
+    ) -> R:
+        """Check the route, then run `work` on an inference worker within the timeout.
+
+        `admission`: the place taken before the message was read (else taken now).
+        """
+        self.manager.check(route)  # unknown model or not loaded: no worker needed
+        timeout = self.timeout(context)
+        try:
+            return await self.state.pool.run(work, timeout, admission)
+        except p.ApiError as err:
+            if err.code == "DEADLINE_EXCEEDED" and timeout < (
+                self.state.config.request_timeout or float("inf")
+            ):
+                raise p.ApiError(504, "Deadline Exceeded") from None
+            raise
+
+    def observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
+        seconds = time.perf_counter() - started
+        model = self.state.model_label(route)
+        self.metrics.observe_grpc(method, code, seconds, model)
+        if method in INFERENCE_METHODS:  # TF Serving counts these three only
+            self.metrics.request_done(model, method, monitoring.ENTRYPOINT_GRPC, code, seconds)
+
+    def observe_inference(self, method: str, route: p.Route, seconds: float) -> None:
+        """Seconds inside TensorFlow for one successful Predict, Classify or Regress."""
+        model = self.state.model_label(route)
+        self.metrics.inference.labels(model).observe(seconds)
+        self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+
+
+class Undecodable:
+    """A request message that does not parse: what :class:`ParseCheck`'s deserializers
+    return instead of raising (grpc would log a traceback and answer UNKNOWN)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, type_name: str) -> None:
+        self.message = f"Failed to parse the request message as {type_name}"
+
+
+def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """`deserializer` (a message class's FromString), returning Undecodable on bad bytes."""
+    message_class = getattr(deserializer, "__self__", None)
+    descriptor = getattr(message_class, "DESCRIPTOR", None)
+    type_name = getattr(descriptor, "full_name", "the method's request type")
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError:
+            return Undecodable(type_name)
+
+    return parse
+
+
+class ParseCheck(aio.ServerInterceptor):
+    """Every method's request message is parsed without raising; one that does not
+    parse is answered INVALID_ARGUMENT naming its type, with no traceback.
+
+    A method whose request is a stream (Predict, Classify, Regress and
+    MultiInference, admitted before their message is read) checks the message
+    when it reads it (:meth:`Calls.admitted`); the others are answered here,
+    before their handler runs. `observe(method, code, started)` counts the
+    call in the metrics (methods of METHODS only).
+    """
+
+    def __init__(self, observe: Callable[[str, str, float], None]) -> None:
+        self.observe = observe
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        handler = handler._replace(request_deserializer=tolerant(handler.request_deserializer))
+        if handler.request_streaming:
+            return handler
+        method = details.method.rpartition("/")[2]
+        field = "unary_stream" if handler.response_streaming else "unary_unary"
+        behavior = getattr(handler, field)
+        return handler._replace(**{field: self._checked(method, behavior)})
+
+    def _checked(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        async def refuse(request: Undecodable, context: Context) -> NoReturn:
+            if method in METHODS:
+                self.observe(method, "INVALID_ARGUMENT", time.perf_counter())
+            await abort(context, "INVALID_ARGUMENT", request.message)
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def checked_stream(request: Any, context: Context) -> Any:
+                if isinstance(request, Undecodable):
+                    await refuse(request, context)
+                async for response in behavior(request, context):
+                    yield response
+
+            return checked_stream
+
+        async def checked(request: Any, context: Context) -> Any:
+            if isinstance(request, Undecodable):
+                await refuse(request, context)
+            response = behavior(request, context)
+            if inspect.isawaitable(response):
+                response = await response
+            return response
+
+        return checked

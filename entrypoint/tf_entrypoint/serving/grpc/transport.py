@@ -1,0 +1,188 @@
+"""The gRPC transport: a grpc.aio server on its own thread and event loop.
+
+It runs next to REST's and shares with it, through the serving core,
+everything that matters: the models, the inference workers and their
+admission limit, the request timeout, the message size limit and the drain
+on SIGTERM. TensorFlow's profiler service (`tensorflow.ProfilerService`) is
+forwarded to TensorFlow's own profiler server in this process (profiler.py),
+unless --enable_profiler=false.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from grpc import aio
+from grpc_health.v1 import health_pb2_grpc
+from tensorflow_serving.apis import (
+    model_service_pb2_grpc,
+)
+
+from tf_entrypoint.serving.config import ServeConfig, channel_args
+from tf_entrypoint.serving.core.drain import EXIT_MARGIN
+from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.grpc import profiler
+from tf_entrypoint.serving.grpc.calls import Calls, ParseCheck
+from tf_entrypoint.serving.grpc.health import (
+    HEALTH_EVERY,
+    NOT_SERVING,
+    SERVING,
+    TF_SERVING_SERVICES,
+    Health,
+)
+from tf_entrypoint.serving.grpc.model_service import ModelService
+from tf_entrypoint.serving.grpc.prediction import PredictionService, add_prediction_service
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+
+def server_options(config: ServeConfig) -> list[tuple[str, int | str]]:
+    """grpc's options: the message limit (--max-body-bytes; a response has none, as in
+    TF Serving), no SO_REUSEPORT (a second server on the port is an error, not a
+    silent split of the connections), then --grpc_channel_arguments, which win."""
+    ours: tuple[tuple[str, int | str], ...] = (
+        ("grpc.max_receive_message_length", config.max_body_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    )
+    return channel_args.server_options(ours, config.grpc_channel_arguments)
+
+
+class GrpcServer:
+    """The gRPC server on its own thread and event loop.
+
+    :meth:`start` returns once the port is bound (or raises OSError);
+    :meth:`drain` (any thread) turns health NOT_SERVING, refuses new calls
+    and gives calls in flight `grace` seconds; :meth:`join` waits for that.
+    """
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
+        self.health: Health | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain: asyncio.Event | None = None
+        self._bound = threading.Event()
+        self._failure: BaseException | None = None
+        #: Every model name health has reported on.
+        self._models: set[str] = set()
+
+    def addresses(self) -> list[str]:
+        config = self.state.config
+        found = []
+        if config.grpc_port:
+            found.append(f"{config.host}:{config.grpc_port}")
+        if config.grpc_socket_path:
+            found.append(f"unix:{config.grpc_socket_path}")
+        return found
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="grpc", daemon=True)
+        self._thread.start()
+        self._bound.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def drain(self) -> None:
+        """Start the drain (idempotent; a no-op once the server has stopped)."""
+        loop, event = self._loop, self._drain
+        if loop is None or event is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: already stopped
+            loop.call_soon_threadsafe(event.set)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as err:
+            self._failure = err
+            if self._bound.is_set():  # after start-up: nobody is waiting to hear it
+                log.error("the gRPC server stopped: %s", err, exc_info=err)
+        finally:
+            self._bound.set()
+            loop.close()
+
+    async def _serve(self) -> None:
+        config = self.state.config
+        self._drain = asyncio.Event()
+        handlers = Calls(self.state)
+        checks = ParseCheck(
+            lambda method, code, started: handlers.observe(method, code, started, None)
+        )
+        server = aio.server(options=server_options(config), interceptors=(checks,))
+        profiling = self._profiler(handlers)
+        server.add_generic_rpc_handlers((profiling,))
+        add_prediction_service(PredictionService(handlers), server)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
+        self.health = Health()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        for address in self.addresses():
+            try:
+                bound = server.add_insecure_port(address)
+            except RuntimeError as err:
+                raise OSError(f"cannot listen for gRPC on {address}: {err}") from None
+            if not bound and not address.startswith("unix:"):
+                raise OSError(f"cannot listen for gRPC on {address} (in use?)")
+        await self._update_health()
+        for name in TF_SERVING_SERVICES:
+            await self.health.set(name, SERVING)
+        await server.start()
+        self._bound.set()
+        watcher = asyncio.create_task(self._watch_health())
+        await self._drain.wait()
+        watcher.cancel()
+        await self.health.close()
+        # Calls still running when the grace period ends are answered
+        # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
+        # would cancel them (CANCELLED) at the end of this longer wait.
+        await server.stop(config.grace_period + EXIT_MARGIN + 1)
+        await profiling.close()
+
+    def _profiler(self, handlers: Calls) -> profiler.ProfilerHandler:
+        """tensorflow.ProfilerService on this server (TF Serving's --enable_profiler)."""
+
+        def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> Any:
+            return handlers.call(method, lambda: None, context, lambda _route: forward())
+
+        if not self.state.config.enable_profiler:
+            return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
+        try:
+            address = profiler.start_tensorflow_profiler()
+        except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
+            why = f"the profiler service could not start: {err}"
+            log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
+            return profiler.ProfilerHandler(None, why, wrap, off=False)
+        log.info(
+            "profiler: tensorflow.ProfilerService calls on the gRPC port go to TensorFlow's "
+            "profiler server in this process (port %s, every interface; "
+            "--enable_profiler=false turns both off)",
+            address.rpartition(":")[2],
+        )
+        return profiler.ProfilerHandler(address, "", wrap, off=False)
+
+    async def _watch_health(self) -> None:
+        while True:
+            await self._update_health()
+            await asyncio.sleep(HEALTH_EVERY)
+
+    async def _update_health(self) -> None:
+        assert self.health is not None  # noqa: S101 - made in _serve
+        pending, serving = self.state.manager.readiness()
+        ready = not pending and not self.state.draining
+        await self.health.set("", SERVING if ready else NOT_SERVING)
+        for name, versions in serving.items():
+            await self.health.set(name, SERVING if versions else NOT_SERVING)
+        for name in self._models - set(serving):  # removed from the configuration
+            await self.health.set(name, NOT_SERVING)
+        self._models |= set(serving)
