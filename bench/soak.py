@@ -393,7 +393,7 @@ def server_log(server: str, keep: Path | None) -> dict[str, Any]:
         where.setdefault(last, frames[-1][:200] if frames else "")
     return {
         "lines": len(lines),
-        # HandleReloadConfigRequest configurations the control thread took (lifecycle.py logs
+        # HandleReloadConfigRequest configurations the control thread took (core/manager.py logs
         # each one): the reloads received but never applied are the difference.
         "grpc_reloads_taken": sum(1 for line in lines if RELOAD_TAKEN in line),
         "tracebacks": sum(kinds.values()),

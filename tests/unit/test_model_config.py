@@ -11,14 +11,16 @@ from hypothesis import strategies as st
 
 from tf_entrypoint.serving.config import PlannedCpus, UsageError, parse_config
 from tf_entrypoint.serving.config.model_config import (
-    All,
     ConfigError,
+    parse_model_config,
+    read_model_config,
+)
+from tf_entrypoint.serving.core.model_specs import (
+    All,
     Latest,
     ModelSpec,
     Specific,
     aspired_versions,
-    parse_model_config,
-    read_model_config,
 )
 
 

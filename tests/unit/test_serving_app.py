@@ -662,7 +662,7 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     """The control thread failing on a bug must not leave a server that answers
     /healthz 200 while nothing updates its models: it exits 1, saying why."""
     from tf_entrypoint.serving import main as server  # noqa: PLC0415
-    from tf_entrypoint.serving.core.lifecycle import Manager  # noqa: PLC0415
+    from tf_entrypoint.serving.core.manager import Manager  # noqa: PLC0415
     from tf_entrypoint.serving.rest import app as app_module  # noqa: PLC0415
 
     export(tmp_path)

@@ -16,26 +16,23 @@ from typing import Any
 import pytest
 
 from tests.unit.fake_servable import FakeServable
-from tf_entrypoint.serving.config.model_config import (
+from tf_entrypoint.serving.codec import metadata
+from tf_entrypoint.serving.core import manager as manager_module
+from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import ConfigError
+from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.model_specs import (
     All,
-    ConfigError,
     Latest,
     ModelSpec,
     Policy,
     ServingConfig,
     Specific,
 )
-from tf_entrypoint.serving.core import lifecycle, repository
-from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.lifecycle import (
-    AVAILABLE,
-    END,
-    LOADING,
-    UNLOADING,
-    Manager,
-    Version,
-)
-from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.models import Version
+from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 
@@ -93,7 +90,7 @@ def spec(base: Path, policy: Policy = LATEST, name: str = "m", **labels: int) ->
 
 def manager_for(*specs: ModelSpec, loader: Loader | None = None) -> tuple[Manager, Metrics]:
     metrics = Metrics()
-    manager = Manager(loader or Loader(), metrics)
+    manager = Manager(loader or Loader(), metrics, metadata.rest_answer)
     manager.apply(ServingConfig(specs), initial=True)
     return manager, metrics
 
@@ -847,7 +844,7 @@ def test_a_bug_in_the_control_thread_ends_the_server(
             raise ZeroDivisionError("a bug")
         return frozenset(on_disk)
 
-    monkeypatch.setattr(lifecycle, "aspired_versions", buggy)
+    monkeypatch.setattr(manager_module, "aspired_versions", buggy)
     stop = threading.Event()
     fatal: list[str] = []
     thread = threading.Thread(

@@ -30,9 +30,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
-from tf_entrypoint.serving.config.model_config import ConfigError, describe_policy
+from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
 from tf_entrypoint.serving.core.limits import limit_malloc_arenas
+from tf_entrypoint.serving.core.model_specs import describe_policy
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.rest.app import create_app
 from tf_entrypoint.serving.rest.transport import RestServer, rest_server

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tf_entrypoint.serving.codec import proto_json
+from tf_entrypoint.serving.codec import json_values, proto_json
 from tf_entrypoint.serving.core import types as p
 
 #: The type URL of a packed SignatureDefMap (google.protobuf.Any).
@@ -30,6 +30,11 @@ def rest_body(model: str, version: int, servable: Any) -> dict[str, Any]:
         "model_spec": {"name": model, "version": str(version), "signature_name": ""},
         "metadata": {"signature_def": signature_def_map_json(servable)},
     }
+
+
+def rest_answer(model: str, version: int, servable: Any) -> bytes:
+    """:func:`rest_body` as sent; the manager encodes it once, when the version loads."""
+    return json_values.encode(rest_body(model, version, servable))
 
 
 def signature_def_map_json(servable: Any) -> dict[str, Any]:

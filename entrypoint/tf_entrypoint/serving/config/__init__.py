@@ -41,7 +41,6 @@ from tf_entrypoint.serving.config.batching_config import read_batching_parameter
 from tf_entrypoint.serving.config.help import ShowText, help_text, markdown_table, version_text
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
-    ServingConfig,
     read_model_config,
     single_model,
 )
@@ -53,6 +52,7 @@ from tf_entrypoint.serving.config.sizing import (
     size_workers,
 )
 from tf_entrypoint.serving.core.batching import BatchingParameters
+from tf_entrypoint.serving.core.model_specs import ServingConfig
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",

@@ -15,9 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(Exception):
-    """A configuration file that cannot be served; the message names where and why."""
+from tf_entrypoint.serving.core.errors import ConfigError as ConfigError  # noqa: PLC0414 - re-exported
 
 
 def parse(text: str, message: Any, path: Path) -> Any:

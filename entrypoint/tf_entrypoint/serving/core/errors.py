@@ -76,6 +76,11 @@ class ServingError(Exception):
         return f"ServingError({self.code.name}, {self.message!r})"
 
 
+class ConfigError(Exception):
+    """A configuration that cannot be served (a flag, a file, a ReloadConfigRequest);
+    the message names where and why."""
+
+
 def invalid_argument(message: str) -> ServingError:
     return ServingError(Code.INVALID_ARGUMENT, message)
 

@@ -44,7 +44,7 @@ APIS = ("predict", "metadata", "status", "health", "metrics", "other")
 
 
 class Metrics:
-    """The server's metrics; also the lifecycle Manager's Events.
+    """The server's metrics; also the model manager's Events (core/models.py).
 
     The `model` label is a configured model's name, or "" for a request that
     names none (so clients cannot create label values by inventing URLs).
@@ -233,7 +233,7 @@ class Metrics:
         MultiInference records)."""
         self.tfserving.examples_counted(model_name, count)
 
-    # -- lifecycle.Events
+    # -- models.Events (the manager reports these)
 
     def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None:
         self.loads.labels(model, "success").inc()

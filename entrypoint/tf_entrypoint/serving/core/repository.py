@@ -23,6 +23,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tf_entrypoint.serving.core.errors import Code
+
 log = logging.getLogger("tf_entrypoint.serving")
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
@@ -144,32 +146,32 @@ def identity(directory: Path) -> Identity | None:
 #: errno -> the canonical code TensorFlow's file systems give the same
 #: failure (its IOError), so the status API says what TF Serving would.
 _CODES = {
-    errno.EACCES: "PERMISSION_DENIED",
-    errno.EPERM: "PERMISSION_DENIED",
-    errno.EROFS: "PERMISSION_DENIED",
-    errno.ENOENT: "NOT_FOUND",
-    errno.ENODEV: "NOT_FOUND",
-    errno.ENXIO: "NOT_FOUND",
-    errno.ETIMEDOUT: "DEADLINE_EXCEEDED",
-    errno.ENOTDIR: "FAILED_PRECONDITION",
-    errno.ENOTCONN: "FAILED_PRECONDITION",
-    errno.EBUSY: "FAILED_PRECONDITION",
-    errno.ENOMEM: "RESOURCE_EXHAUSTED",
-    errno.EMFILE: "RESOURCE_EXHAUSTED",
-    errno.ENFILE: "RESOURCE_EXHAUSTED",
-    errno.EAGAIN: "UNAVAILABLE",
-    errno.EINTR: "UNAVAILABLE",
-    errno.ECONNRESET: "UNAVAILABLE",
-    errno.EHOSTDOWN: "UNAVAILABLE",
-    errno.ENOLINK: "UNAVAILABLE",
-    errno.ESTALE: "ABORTED",
+    errno.EACCES: Code.PERMISSION_DENIED,
+    errno.EPERM: Code.PERMISSION_DENIED,
+    errno.EROFS: Code.PERMISSION_DENIED,
+    errno.ENOENT: Code.NOT_FOUND,
+    errno.ENODEV: Code.NOT_FOUND,
+    errno.ENXIO: Code.NOT_FOUND,
+    errno.ETIMEDOUT: Code.DEADLINE_EXCEEDED,
+    errno.ENOTDIR: Code.FAILED_PRECONDITION,
+    errno.ENOTCONN: Code.FAILED_PRECONDITION,
+    errno.EBUSY: Code.FAILED_PRECONDITION,
+    errno.ENOMEM: Code.RESOURCE_EXHAUSTED,
+    errno.EMFILE: Code.RESOURCE_EXHAUSTED,
+    errno.ENFILE: Code.RESOURCE_EXHAUSTED,
+    errno.EAGAIN: Code.UNAVAILABLE,
+    errno.EINTR: Code.UNAVAILABLE,
+    errno.ECONNRESET: Code.UNAVAILABLE,
+    errno.EHOSTDOWN: Code.UNAVAILABLE,
+    errno.ENOLINK: Code.UNAVAILABLE,
+    errno.ESTALE: Code.ABORTED,
 }
 
 
-def error_code(err: OSError) -> str:
-    """The canonical status code (gRPC's name) for a file-system error: EACCES is
+def error_code(err: OSError) -> Code:
+    """The canonical status code for a file-system error: EACCES is
     PERMISSION_DENIED, ESTALE ABORTED, EIO UNKNOWN, as TensorFlow reports them."""
-    return _CODES.get(err.errno or 0, "UNKNOWN")
+    return _CODES.get(err.errno or 0, Code.UNKNOWN)
 
 
 def describe(err: OSError) -> str:

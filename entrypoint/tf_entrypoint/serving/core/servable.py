@@ -2,14 +2,16 @@
 
 The core (``core/inference.py``) checks a request against the signature and
 calls :meth:`Servable.run`; the TensorFlow backend (``model/``) implements it,
-the unit tests a pure-Python model. Tensors in and out are the core's
+the unit tests a pure-Python model. The manager (``manager.py``) loads
+versions with a :data:`Loader` and serves what it returns. Tensors in and out are the core's
 :class:`~tf_entrypoint.serving.core.types.Tensor` (dtype name, shape, flat
 values: a compact array the backend reads without a copy).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from tf_entrypoint.serving.core.types import Signature, Tensor
@@ -73,3 +75,7 @@ class Servable(Protocol):
         """Several signatures on one set of inputs (MultiInference), in one run
         where the backend can (TF Serving runs them in one Session::Run)."""
         ...
+
+
+#: Loads one version directory (and warms it up).
+Loader = Callable[[Path, int], Servable]

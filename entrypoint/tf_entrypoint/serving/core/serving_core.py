@@ -14,8 +14,8 @@ from tf_entrypoint.serving.config.model_config import read_model_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.drain import CutOff
-from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
 
 log = logging.getLogger("tf_entrypoint.serving")

@@ -183,10 +183,20 @@ def format_shape(shape: Sequence[int] | None) -> str:
 # Status and metadata
 
 
+#: The lifecycle states of a model version: TF Serving's ModelVersionStatus.State
+#: by name, as REST's status answer writes them (gRPC's answer takes their numbers
+#: from the enum of the same names).
+START = "START"
+LOADING = "LOADING"
+AVAILABLE = "AVAILABLE"
+UNLOADING = "UNLOADING"
+END = "END"
+
+
 @dataclass(frozen=True)
 class VersionStatus:
     version: int
-    #: TF Serving's ModelVersionStatus.State: START, LOADING, AVAILABLE, UNLOADING, END.
+    #: One of the lifecycle states: START, LOADING, AVAILABLE, UNLOADING, END.
     state: str
     error_code: str = "OK"
     error_message: str = ""

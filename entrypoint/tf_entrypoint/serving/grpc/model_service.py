@@ -21,8 +21,6 @@ from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-_STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
-
 
 def _code_number(name: str) -> int:
     number: int = grpc.StatusCode[name].value[0]
@@ -40,7 +38,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
             for status in self.h.manager.status(route):
                 entry = response.model_version_status.add()
                 entry.version = status.version
-                entry.state = _STATES[status.state]
+                entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(status.state)
                 entry.status.error_code = _code_number(status.error_code)
                 entry.status.error_message = status.error_message
             return response

@@ -35,7 +35,7 @@ from tf_entrypoint.serving.codec import example_proto, metadata, tensor_proto
 from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
-from tf_entrypoint.serving.core.lifecycle import Version
+from tf_entrypoint.serving.core.models import Version
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of, route_of_spec
 
 log = logging.getLogger("tf_entrypoint.serving")

@@ -13,14 +13,15 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.admission import InferencePool, request_threads
 from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
 from tf_entrypoint.serving.core.drain import STOPPED, CutOff
-from tf_entrypoint.serving.core.lifecycle import Loader, Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 from tf_entrypoint.serving.rest.handlers import Endpoints
@@ -84,7 +85,7 @@ def create_app(
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
         metrics.add_model(name)
-    manager = Manager(loader, metrics)
+    manager = Manager(loader, metrics, metadata.rest_answer)
     manager.apply(config.models, initial=True)
     state = ServingState(
         config=config,

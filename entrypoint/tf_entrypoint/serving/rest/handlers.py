@@ -29,8 +29,8 @@ from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.inference import Decoded
-from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.serving_core import ServingState
 from tf_entrypoint.serving.rest.body import Body, read_body
 from tf_entrypoint.serving.rest.errors import Answer, answer, error_answer, respond

@@ -1,17 +1,13 @@
-"""The served models and their versions: load, swap and unload while serving.
+"""The control side of the served models: the one thread that loads, swaps, unloads, reloads.
 
-One :class:`Manager` holds every configured model. Its control side runs on
-one thread (:meth:`Manager.run`): it reads each model's directory, asks the
-version policy which versions it wants (the "aspired" versions), loads new
+:class:`Manager` (the request side is :class:`~.models.Models`, its base)
+changes the served models on one thread (:meth:`Manager.run`): it reads each
+model's directory (``repository.py``), asks the version policy which
+versions it wants (the "aspired" versions, ``model_specs.py``), loads new
 ones off the request path (warm-up included), publishes a loaded version
-atomically, and only then retires versions the policy no longer wants. A
-retired version stops taking new requests at once and is dropped when the
-last request running on it finishes, so a swap fails no request. States are
-TF Serving's: START, LOADING, AVAILABLE, UNLOADING, END (README: "Model
-versions: policies, swaps, labels").
-
-The request side (:meth:`Manager.lease`, :meth:`Manager.status`) takes one
-short lock and never waits on a load.
+atomically, and only then retires versions the policy no longer wants. The
+configurations a ReloadConfigRequest sends (:meth:`Manager.submit`) and a
+changed config file are applied on the same thread.
 """
 
 from __future__ import annotations
@@ -21,267 +17,47 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
-from tf_entrypoint.serving.codec.json_values import encode
-from tf_entrypoint.serving.codec.metadata import rest_body as rest_metadata
-from tf_entrypoint.serving.config.model_config import (
-    ConfigError,
-    ModelSpec,
+from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ConfigError
+from tf_entrypoint.serving.core.model_specs import (
     ServingConfig,
     Specific,
     aspired_versions,
     describe_policy,
 )
-from tf_entrypoint.serving.core import repository
-from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.models import Events, Model, Models, Version
+from tf_entrypoint.serving.core.servable import Loader, Servable
+from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-START = "START"
-LOADING = "LOADING"
-AVAILABLE = "AVAILABLE"
-UNLOADING = "UNLOADING"
-END = "END"
 #: Versions in END kept per model for the status API (older ones are forgotten).
 END_HISTORY = 20
 #: Longest the control thread sleeps before it looks at its stop event again.
 _WAKE_EVERY = 0.25
 
-
-#: Loads one version directory (and warms it up).
-Loader = Callable[[Path, int], Servable]
-
-
-class Events(Protocol):
-    """What the manager reports (the server's Metrics implements it)."""
-
-    def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None: ...
-
-    def version_load_failed(self, model: str, seconds: float) -> None: ...
-
-    def version_unloaded(self, model: str) -> None: ...
-
-    def versions_available(self, model: str, versions: list[int]) -> None: ...
-
-    def config_reloaded(self, result: str) -> None: ...
-
-    def saved_model_loaded(
-        self,
-        path: Path,
-        ok: bool,
-        load_seconds: float,
-        warmup_seconds: float | None,
-        warmup_records: int,
-    ) -> None:
-        """One load attempt of a version directory (TF Serving's load and warm-up metrics)."""
-        ...
+#: A version's answer to GET .../metadata, encoded once when it loads (the codec's,
+#: given by the composition root): (model, version, servable) -> the bytes sent.
+Describe = Callable[[str, int, Servable], bytes]
 
 
-class Version:
-    """One version of one model, in one of the five states."""
+class Manager(Models):
+    """The served models (a :class:`Models`) and the thread that changes them."""
 
-    __slots__ = (
-        "code",
-        "error",
-        "identity",
-        "in_flight",
-        "metadata",
-        "model",
-        "number",
-        "path",
-        "servable",
-        "state",
-    )
-
-    def __init__(
-        self, model: str, number: int, path: Path, identity: repository.Identity | None
-    ) -> None:
-        self.model = model
-        self.number = number
-        self.path = path
-        self.identity = identity
-        self.state = START
-        self.error = ""
-        #: The error's canonical code for the status API (with `error`).
-        self.code = "UNKNOWN"
-        self.servable: Servable | None = None
-        #: GET .../metadata's answer, encoded once at load time.
-        self.metadata = b""
-        #: Requests running on it; it is dropped when this reaches 0 after retirement.
-        self.in_flight = 0
-
-    def status(self) -> p.VersionStatus:
-        if self.error:
-            return p.VersionStatus(self.number, self.state, self.code, self.error)
-        return p.VersionStatus(self.number, self.state)
-
-
-class Model:
-    """A configured model: its spec, every version seen, and the ones serving."""
-
-    def __init__(self, spec: ModelSpec, *, counts_for_readiness: bool) -> None:
-        self.spec = spec
-        self.versions: dict[int, Version] = {}
-        #: The AVAILABLE versions, ascending; replaced (never mutated) under the lock.
-        self.serving: tuple[Version, ...] = ()
-        #: A model added by a live reload does not make the server unready
-        #: until it has been available once (the others keep serving).
-        self.counts_for_readiness = counts_for_readiness
-        self.warned_unlistable = False
-        #: Directories ignored for a version number beyond int64 (logged once each).
-        self.too_large: tuple[str, ...] = ()
-
-
-class Manager:
-    def __init__(self, loader: Loader, events: Events) -> None:
+    def __init__(self, loader: Loader, events: Events, describe: Describe) -> None:
+        super().__init__(events)
         self._loader = loader
-        self._events = events
-        self._lock = threading.Lock()
-        #: Name -> Model; replaced (never mutated) under the lock.
-        self._models: dict[str, Model] = {}
+        self._describe = describe
+        #: The configuration applied last.
         self.config: ServingConfig | None = None
-        self._collect = False
         #: Configurations sent by HandleReloadConfigRequest, for the control thread.
         self._submitted: list[Submission] = []
         #: Why no configuration will be applied any more (the thread has ended), or None.
         self._closed: str | None = None
         self._wake = threading.Event()
-        #: Every model of the start-up configuration has served a version (see _starting).
-        self._up = False
-
-    # ------------------------------------------------------------------
-    # The request side
-
-    def models(self) -> dict[str, Model]:
-        return self._models
-
-    @contextmanager
-    def lease(self, route: p.Route) -> Iterator[Version]:
-        """The version `route` addresses, kept loaded until the block ends (ApiError if none)."""
-        with self._lock:
-            version = self._find(route)
-            version.in_flight += 1
-        try:
-            yield version
-        finally:
-            with self._lock:
-                version.in_flight -= 1
-                done = version.state == UNLOADING and version.in_flight == 0
-            if done:
-                self._finish_unload(version)
-
-    def check(self, route: p.Route) -> None:
-        """ApiError now if `route` addresses nothing servable (before queueing a predict)."""
-        with self._lock:
-            self._find(route)
-
-    def _find(self, route: p.Route) -> Version:
-        try:
-            return self._lookup(route)
-        except p.ApiError as err:
-            if err.status == 404 and not self._started():
-                raise self._starting() from None
-            raise
-
-    def _started(self) -> bool:
-        """Whether every model of the start-up configuration has served a version
-        (then for good: TF Serving opens its ports at that moment)."""
-        if not self._up:
-            self._up = not self._pending()
-        return self._up
-
-    def _starting(self) -> p.ApiError:
-        """What a request that would be NOT_FOUND gets while the start-up models load.
-
-        TF Serving builds its gRPC and HTTP servers only once the start-up
-        configuration's models are loaded (server.cc: ServerCore::Create waits
-        for them), so its clients see UNAVAILABLE (connection refused) until
-        then, and take any answer naming a servable, such as "Servable not
-        found" for a model it does not serve, as the sign that the models are
-        loaded: TF Serving's own test harness waits exactly so. Here the ports
-        open at once (for health and status); a request that would be NOT_FOUND
-        is answered UNAVAILABLE until the start-up models are loaded.
-        """
-        return p.ApiError(
-            503,
-            f"The server is starting: model(s) {', '.join(sorted(self._pending()))} of its "
-            "configuration are not available yet; retry later",
-            {"Retry-After": "1"},
-        )
-
-    def _lookup(self, route: p.Route) -> Version:
-        model = self._models.get(route.model)
-        if model is None:
-            raise p.ApiError(404, f"Servable not found for request: {p.servable_request(route)}")
-        serving = model.serving
-        wanted = route.version
-        if route.label is not None:
-            labelled = model.spec.labels.get(route.label)
-            if labelled is None:
-                raise p.bad_request(f"Unrecognized servable version label: {route.label}")
-            wanted = labelled
-        if not serving:
-            raise self._unavailable(model)
-        if wanted is None:
-            return serving[-1]
-        for version in serving:
-            if version.number == wanted:
-                return version
-        raise p.ApiError(
-            404, f"Servable not found for request: Specific({model.spec.name}, {wanted})"
-        )
-
-    @staticmethod
-    def _unavailable(model: Model) -> p.ApiError:
-        name = model.spec.name
-        versions = sorted(model.versions.values(), key=lambda v: v.number)
-        if any(v.state in (START, LOADING) for v in versions):
-            reason = "loading"
-        elif versions and versions[-1].error:
-            return p.ApiError(
-                503,
-                f"Model {name} has no available version: {versions[-1].error}",
-                {"Retry-After": "1"},
-            )
-        else:
-            reason = f"waiting for a version in {model.spec.base_path}"
-        return p.ApiError(
-            503, f"Model {name} is not available yet ({reason}); retry later", {"Retry-After": "1"}
-        )
-
-    def status(self, route: p.Route) -> list[p.VersionStatus]:
-        """Every version's state, newest first (one with route.version), or ApiError(404).
-
-        As in TF Serving, a label in the request is ignored: all versions are listed.
-        """
-        model = self._models.get(route.model)
-        with self._lock:
-            known = [] if model is None else [v.status() for v in model.versions.values()]
-        if route.version is not None:
-            known = [s for s in known if s.version == route.version]
-            if not known:
-                raise p.ApiError(
-                    404, f"Could not find version {route.version} of model {route.model}"
-                )
-        if not known:
-            raise p.ApiError(404, f"Could not find any versions of model {route.model}")
-        return sorted(known, key=lambda s: s.version, reverse=True)
-
-    def readiness(self) -> tuple[list[str], dict[str, list[int]]]:
-        """(models that keep the server unready, name -> versions serving)."""
-        models = self._models
-        serving = {name: [v.number for v in m.serving] for name, m in models.items()}
-        return self._pending(models), serving
-
-    def _pending(self, models: Mapping[str, Model] | None = None) -> list[str]:
-        """The models that keep the server unready: counted, and no version serving."""
-        models = self._models if models is None else models
-        return [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
 
     # ------------------------------------------------------------------
     # The control side: one thread
@@ -449,7 +225,7 @@ class Manager:
         return self._failed(model, version, message, repository.error_code(err), 0.0)
 
     def _failed(
-        self, model: Model, version: Version, message: str, code: str, seconds: float
+        self, model: Model, version: Version, message: str, code: Code, seconds: float
     ) -> str:
         """Record a failed load (END with the error) in the status, the log and the metrics."""
         name = model.spec.name
@@ -474,12 +250,12 @@ class Manager:
         started = time.monotonic()
         try:
             servable = self._loader(version.path, version.number)
-            metadata = encode(rest_metadata(name, version.number, servable))
+            metadata = self._describe(name, version.number, servable)
         except Exception as err:
             seconds = time.monotonic() - started
             log.debug("loading %s failed", version.path, exc_info=True)
             message = f"loading {version.path} failed: {type(err).__name__}: {err}"
-            code = "UNKNOWN"
+            code = Code.UNKNOWN
             if isinstance(err, OSError) and err.errno is not None:
                 code = repository.error_code(err)
             return self._failed(model, version, message, code, seconds)
@@ -527,19 +303,6 @@ class Manager:
             model.spec.name,
             version.number,
         )
-
-    def _finish_unload(self, version: Version) -> None:
-        with self._lock:
-            if version.state != UNLOADING:
-                return
-            servable = version.servable
-            version.state, version.servable, version.metadata = END, None, b""
-        close = getattr(servable, "close", None)  # the TensorFlow servable's batch threads
-        if close is not None:
-            close()
-        self._collect = True
-        self._events.version_unloaded(version.model)
-        log.info("model %r version %d unloaded", version.model, version.number)
 
     @staticmethod
     def _forget_old(model: Model) -> None:

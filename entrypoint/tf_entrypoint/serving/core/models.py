@@ -1,0 +1,268 @@
+"""The request side of the served models: the model table, leases on versions, status.
+
+:class:`Models` holds every configured model and the versions each serves;
+the manager (``manager.py``, a subclass) changes them on its one control
+thread. A request takes one short lock here and never waits on a load:
+:meth:`Models.lease` keeps the version it addresses loaded until the request
+is done, so a version the manager retires is dropped only once the last
+request running on it finishes, and a swap fails no request. A version's
+states are TF Serving's (``types.py``: START, LOADING, AVAILABLE,
+UNLOADING, END; README: "Model versions: policies, swaps, labels").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code
+from tf_entrypoint.serving.core.model_specs import ModelSpec
+from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+#: Seconds after which a request refused while a model loads may be retried (Retry-After).
+RETRY_AFTER = 1
+
+
+class Events(Protocol):
+    """What the manager reports (the server's Metrics implements it)."""
+
+    def version_loaded(self, model: str, seconds: float, warmup_records: int) -> None: ...
+
+    def version_load_failed(self, model: str, seconds: float) -> None: ...
+
+    def version_unloaded(self, model: str) -> None: ...
+
+    def versions_available(self, model: str, versions: list[int]) -> None: ...
+
+    def config_reloaded(self, result: str) -> None: ...
+
+    def saved_model_loaded(
+        self,
+        path: Path,
+        ok: bool,
+        load_seconds: float,
+        warmup_seconds: float | None,
+        warmup_records: int,
+    ) -> None:
+        """One load attempt of a version directory (TF Serving's load and warm-up metrics)."""
+        ...
+
+
+class Version:
+    """One version of one model, in one of the five states."""
+
+    __slots__ = (
+        "code",
+        "error",
+        "identity",
+        "in_flight",
+        "metadata",
+        "model",
+        "number",
+        "path",
+        "servable",
+        "state",
+    )
+
+    def __init__(
+        self, model: str, number: int, path: Path, identity: repository.Identity | None
+    ) -> None:
+        self.model = model
+        self.number = number
+        self.path = path
+        self.identity = identity
+        self.state = START
+        self.error = ""
+        #: The error's canonical code for the status API (with `error`).
+        self.code = Code.UNKNOWN
+        self.servable: Servable | None = None
+        #: GET .../metadata's answer, encoded once at load time.
+        self.metadata = b""
+        #: Requests running on it; it is dropped when this reaches 0 after retirement.
+        self.in_flight = 0
+
+    def status(self) -> p.VersionStatus:
+        if self.error:
+            return p.VersionStatus(self.number, self.state, self.code.name, self.error)
+        return p.VersionStatus(self.number, self.state)
+
+
+class Model:
+    """A configured model: its spec, every version seen, and the ones serving."""
+
+    def __init__(self, spec: ModelSpec, *, counts_for_readiness: bool) -> None:
+        self.spec = spec
+        self.versions: dict[int, Version] = {}
+        #: The AVAILABLE versions, ascending; replaced (never mutated) under the lock.
+        self.serving: tuple[Version, ...] = ()
+        #: A model added by a live reload does not make the server unready
+        #: until it has been available once (the others keep serving).
+        self.counts_for_readiness = counts_for_readiness
+        self.warned_unlistable = False
+        #: Directories ignored for a version number beyond int64 (logged once each).
+        self.too_large: tuple[str, ...] = ()
+
+
+class Models:
+    """Every configured model and the versions it serves; what requests see."""
+
+    def __init__(self, events: Events) -> None:
+        self._events = events
+        self._lock = threading.Lock()
+        #: Name -> Model; replaced (never mutated) under the lock.
+        self._models: dict[str, Model] = {}
+        #: A version was dropped: the control thread collects garbage on its next sync.
+        self._collect = False
+        #: Every model of the start-up configuration has served a version (see _starting).
+        self._up = False
+
+    # ------------------------------------------------------------------
+    # The request side
+
+    def models(self) -> dict[str, Model]:
+        return self._models
+
+    @contextmanager
+    def lease(self, route: p.Route) -> Iterator[Version]:
+        """The version `route` addresses, kept loaded until the block ends (ApiError if none)."""
+        with self._lock:
+            version = self._find(route)
+            version.in_flight += 1
+        try:
+            yield version
+        finally:
+            with self._lock:
+                version.in_flight -= 1
+                done = version.state == UNLOADING and version.in_flight == 0
+            if done:
+                self._finish_unload(version)
+
+    def check(self, route: p.Route) -> None:
+        """ApiError now if `route` addresses nothing servable (before queueing a predict)."""
+        with self._lock:
+            self._find(route)
+
+    def _find(self, route: p.Route) -> Version:
+        try:
+            return self._lookup(route)
+        except p.ApiError as err:
+            if err.status == 404 and not self._started():
+                raise self._starting() from None
+            raise
+
+    def _started(self) -> bool:
+        """Whether every model of the start-up configuration has served a version
+        (then for good: TF Serving opens its ports at that moment)."""
+        if not self._up:
+            self._up = not self._pending()
+        return self._up
+
+    def _starting(self) -> p.ApiError:
+        """What a request that would be NOT_FOUND gets while the start-up models load.
+
+        TF Serving builds its gRPC and HTTP servers only once the start-up
+        configuration's models are loaded (server.cc: ServerCore::Create waits
+        for them), so its clients see UNAVAILABLE (connection refused) until
+        then, and take any answer naming a servable, such as "Servable not
+        found" for a model it does not serve, as the sign that the models are
+        loaded: TF Serving's own test harness waits exactly so. Here the ports
+        open at once (for health and status); a request that would be NOT_FOUND
+        is answered UNAVAILABLE until the start-up models are loaded.
+        """
+        return p.ApiError(
+            503,
+            f"The server is starting: model(s) {', '.join(sorted(self._pending()))} of its "
+            "configuration are not available yet; retry later",
+            {"Retry-After": "1"},
+        )
+
+    def _lookup(self, route: p.Route) -> Version:
+        model = self._models.get(route.model)
+        if model is None:
+            raise p.ApiError(404, f"Servable not found for request: {p.servable_request(route)}")
+        serving = model.serving
+        wanted = route.version
+        if route.label is not None:
+            labelled = model.spec.labels.get(route.label)
+            if labelled is None:
+                raise p.bad_request(f"Unrecognized servable version label: {route.label}")
+            wanted = labelled
+        if not serving:
+            raise self._unavailable(model)
+        if wanted is None:
+            return serving[-1]
+        for version in serving:
+            if version.number == wanted:
+                return version
+        raise p.ApiError(
+            404, f"Servable not found for request: Specific({model.spec.name}, {wanted})"
+        )
+
+    @staticmethod
+    def _unavailable(model: Model) -> p.ApiError:
+        name = model.spec.name
+        versions = sorted(model.versions.values(), key=lambda v: v.number)
+        if any(v.state in (START, LOADING) for v in versions):
+            reason = "loading"
+        elif versions and versions[-1].error:
+            return p.ApiError(
+                503,
+                f"Model {name} has no available version: {versions[-1].error}",
+                {"Retry-After": "1"},
+            )
+        else:
+            reason = f"waiting for a version in {model.spec.base_path}"
+        return p.ApiError(
+            503, f"Model {name} is not available yet ({reason}); retry later", {"Retry-After": "1"}
+        )
+
+    def status(self, route: p.Route) -> list[p.VersionStatus]:
+        """Every version's state, newest first (one with route.version), or ApiError(404).
+
+        As in TF Serving, a label in the request is ignored: all versions are listed.
+        """
+        model = self._models.get(route.model)
+        with self._lock:
+            known = [] if model is None else [v.status() for v in model.versions.values()]
+        if route.version is not None:
+            known = [s for s in known if s.version == route.version]
+            if not known:
+                raise p.ApiError(
+                    404, f"Could not find version {route.version} of model {route.model}"
+                )
+        if not known:
+            raise p.ApiError(404, f"Could not find any versions of model {route.model}")
+        return sorted(known, key=lambda s: s.version, reverse=True)
+
+    def readiness(self) -> tuple[list[str], dict[str, list[int]]]:
+        """(models that keep the server unready, name -> versions serving)."""
+        models = self._models
+        serving = {name: [v.number for v in m.serving] for name, m in models.items()}
+        return self._pending(models), serving
+
+    def _pending(self, models: Mapping[str, Model] | None = None) -> list[str]:
+        """The models that keep the server unready: counted, and no version serving."""
+        models = self._models if models is None else models
+        return [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
+
+    def _finish_unload(self, version: Version) -> None:
+        with self._lock:
+            if version.state != UNLOADING:
+                return
+            servable = version.servable
+            version.state, version.servable, version.metadata = END, None, b""
+        close = getattr(servable, "close", None)  # the TensorFlow servable's batch threads
+        if close is not None:
+            close()
+        self._collect = True
+        self._events.version_unloaded(version.model)
+        log.info("model %r version %d unloaded", version.model, version.number)
