@@ -313,7 +313,12 @@ def test_the_graph_takes_shapes_its_signature_does_not_say(server: Server) -> No
         server.rest + "/v1/models/matmul:predict", json={"instances": [1.0, 2.0]}, timeout=30
     )
     assert refused.status_code == 400, refused.text
-    assert refused.json()["error"].startswith("In[0] ndims must be >= 2"), refused.text
+    # TensorFlow's own words, which depend on the CPU: its oneDNN MatMul says
+    # "In[0] and In[1] has different ndims: [2] vs. [2,1]", Eigen's "In[0]
+    # ndims must be >= 2" (both seen on this project's machines).
+    error = refused.json()["error"]
+    assert "ndims" in error, refused.text
+    assert error.endswith("{{node MatMul}}]]"), refused.text
 
 
 def test_classify_and_regress(server: Server) -> None:
