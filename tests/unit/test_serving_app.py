@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit import example_protos
@@ -19,7 +20,9 @@ from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.lifecycle import Loader
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
 from tf_entrypoint.serving.rest.errors import Answer
 
@@ -27,6 +30,15 @@ F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))
 F32_2D = p.TensorSpec("DT_FLOAT", (-1, 2))
 STR_2D = p.TensorSpec("DT_STRING", (-1, 2))
+
+
+def make_app(
+    conf: ServeConfig,
+    loader: Loader | None = None,
+    on_fatal: Callable[[str], None] = lambda message: None,
+) -> Starlette:
+    """The REST app over its own serving core, as main builds them (the app owns the core)."""
+    return create_app(build_core(conf, loader=loader, on_fatal=on_fatal), conf)
 
 
 class HalfPlusTwo:
@@ -131,7 +143,7 @@ def wait_ready(client: TestClient, timeout: float = 10) -> None:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     export(tmp_path)
-    app = create_app(config(tmp_path), loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(config(tmp_path), loader=lambda directory, version: HalfPlusTwo())
     with TestClient(app) as test_client:
         wait_ready(test_client)
         yield test_client
@@ -240,7 +252,7 @@ def test_paths_are_case_insensitive_like_tf_serving(client: TestClient) -> None:
 
 def test_body_limit(tmp_path: Path) -> None:
     export(tmp_path)
-    app = create_app(config(tmp_path, "--max-body-bytes", "100"), loader=lambda d, v: HalfPlusTwo())
+    app = make_app(config(tmp_path, "--max-body-bytes", "100"), loader=lambda d, v: HalfPlusTwo())
     with TestClient(app) as client:
         wait_ready(client)
         ok = client.post("/v1/models/model:predict", json={"instances": [1.0] * 10})
@@ -292,7 +304,7 @@ def test_not_ready_while_loading(tmp_path: Path) -> None:
         release.wait(10)
         return HalfPlusTwo()
 
-    app = create_app(config(tmp_path), loader=slow_loader)
+    app = make_app(config(tmp_path), loader=slow_loader)
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while client.get("/v1/models/model").status_code != 200 and time.monotonic() < deadline:
@@ -316,7 +328,7 @@ def test_a_failed_load_is_fatal(tmp_path: Path) -> None:
     def broken(directory: Path, version: int) -> HalfPlusTwo:
         raise OSError("saved_model.pb is truncated")
 
-    app = create_app(config(tmp_path), loader=broken, on_fatal=fatal.append)
+    app = make_app(config(tmp_path), loader=broken, on_fatal=fatal.append)
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while not fatal and time.monotonic() < deadline:
@@ -331,7 +343,7 @@ def test_a_failed_load_is_fatal(tmp_path: Path) -> None:
 
 def test_no_model_within_the_wait_is_fatal(tmp_path: Path) -> None:
     fatal: list[str] = []
-    app = create_app(
+    app = make_app(
         config(tmp_path, "--wait-for-model", "0.2"), loader=lambda d, v: HalfPlusTwo(),
         on_fatal=fatal.append,
     )  # fmt: skip
@@ -356,7 +368,7 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
         servable.version = version
         return servable
 
-    with TestClient(create_app(config(tmp_path), loader=loader)) as client:
+    with TestClient(make_app(config(tmp_path), loader=loader)) as client:
         wait_ready(client)
         assert loaded == [10]
         assert client.get("/v1/models/model/versions/10").status_code == 200
@@ -650,7 +662,7 @@ def test_every_model_name_is_reachable_percent_encoded(tmp_path: Path) -> None:
         {},
         budget=PlannedCpus(2, "test"),
     )
-    app = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(conf, loader=lambda directory, version: HalfPlusTwo())
     encoded = "a%3Fb%23c%5Cd%25e%20f%2Fg%3Ah"
     with TestClient(app) as client:
         wait_ready(client)
@@ -685,14 +697,13 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     /healthz 200 while nothing updates its models: it exits 1, saying why."""
     from tf_entrypoint.serving import main as server  # noqa: PLC0415
     from tf_entrypoint.serving.core.lifecycle import Manager  # noqa: PLC0415
-    from tf_entrypoint.serving.rest import app as app_module  # noqa: PLC0415
 
     export(tmp_path)
 
     def bug(self: Manager) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(app_module, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
+    monkeypatch.setattr(server, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
     monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -17,13 +17,12 @@ from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.batching import (
     QUEUE_FULL,
-    QUEUED_TOO_LONG,
     Batcher,
     BatchHooks,
     BatchingParameters,
     parse_batching_parameters,
-    run_with_deadline,
 )
+from tf_entrypoint.serving.core.deadlines import QUEUED_TOO_LONG, run_with_deadline
 
 PATH = Path("/etc/batching.txt")
 Rows = list[list[float]]

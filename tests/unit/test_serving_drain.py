@@ -18,16 +18,15 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import (
+from tf_entrypoint.serving.core.deadlines import (
     QUEUED_TOO_LONG,
     acquire_before_deadline,
     run_with_deadline,
 )
 from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff
-from tf_entrypoint.serving.core.serving_core import ServingState
-from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 
 
@@ -49,10 +48,8 @@ def test_a_request_still_running_at_the_cut_off_is_answered_503_with_json(
 ) -> None:
     export(tmp_path)
     model = Stuck()
-    app = create_app(
-        config(tmp_path, "--grace-period", "3"), loader=lambda directory, version: model
-    )
-    state: ServingState = app.state.serving
+    app = make_app(config(tmp_path, "--grace-period", "3"), loader=lambda directory, version: model)
+    state: ServingCore = app.state.serving
     try:
         with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
             wait_ready(client)

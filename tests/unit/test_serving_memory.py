@@ -25,15 +25,14 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.batching import run_with_deadline
+from tf_entrypoint.serving.core.deadlines import run_with_deadline
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest import http_limits
-from tf_entrypoint.serving.rest.app import create_app
 from tf_entrypoint.serving.rest.body import Body
 from tf_entrypoint.serving.rest.errors import Answer
 
@@ -236,7 +235,7 @@ def test_admission_is_held_until_run_gives_it_back() -> None:
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Starlette]:
     export(tmp_path)
-    application = create_app(
+    application = make_app(
         config(tmp_path, "--max-queue=2", "--request-timeout=0.5"),
         loader=lambda directory, version: HalfPlusTwo(),
     )
@@ -273,7 +272,7 @@ def call(app: Starlette, body_parts: list[bytes], block: asyncio.Event | None = 
 
 
 def test_a_refused_request_s_body_is_never_read(app: Starlette) -> None:
-    state: ServingState = app.state.serving
+    state: ServingCore = app.state.serving
     places = [state.pool.admit(), state.pool.admit()]
     try:
         received, status, _, answer = call(app, [b'{"instances": [1.0]}'])
@@ -341,9 +340,9 @@ def test_with_batching_at_most_workers_requests_parse_at_once(
     """Every admitted request has a thread (8 here), but one slot (--workers 1)."""
     export(tmp_path)
     conf = config(tmp_path, "--workers=1", "--max-queue=8", "--enable_batching")
-    application = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    application = make_app(conf, loader=lambda directory, version: HalfPlusTwo())
     slots = CountingSlots(1)
-    state: ServingState = application.state.serving
+    state: ServingCore = application.state.serving
     state.limits = limits.RequestLimits(conf.max_body_bytes, slots)
     parsing, most, lock, go = [0], [0], threading.Lock(), threading.Event()
     parse = p.parse_json_object

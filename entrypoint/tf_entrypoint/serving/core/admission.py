@@ -10,27 +10,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import run_with_deadline
+from tf_entrypoint.serving.core.deadlines import run_with_deadline
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.metrics import Metrics
 
 log = logging.getLogger("tf_entrypoint.serving")
 
 T = TypeVar("T")
-
-
-def request_threads(config: ServeConfig) -> int:
-    """Threads that parse, validate and answer predicts.
-
-    Without batching, --workers: each runs its request in TensorFlow. With
-    batching, --max-queue: every admitted request gets a thread, which parses
-    and validates it, then waits in the batch queue while num_batch_threads
-    threads run the batches; so the queue sees every admitted request, and
-    max_enqueued_batches, not the thread count, bounds it.
-    """
-    return config.workers if config.batching is None else config.max_queue
 
 
 class Admission:

@@ -31,6 +31,10 @@ from typing import Any, Generic, TypeVar
 from tf_entrypoint.serving.config import textproto
 from tf_entrypoint.serving.config.textproto import ConfigError
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.deadlines import (
+    current_deadline,
+    expired_text,
+)
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -194,60 +198,6 @@ def read_batching_parameters(path: Path, workers: int) -> BatchingParameters:
     return parse_batching_parameters(text, path, workers)
 
 
-# -- deadlines: the request timeout counts time queued for a batch
-
-_local = threading.local()
-
-
-#: The 504's text for a request withdrawn from the queue, unless the caller set one.
-QUEUED_TOO_LONG = "Request timed out while queued for a batch"
-
-
-def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: str = "") -> R:
-    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`.
-
-    `expired`: the 504's text when the deadline passes while queued (the
-    same as the caller's own timeout answer, whichever comes first).
-    """
-    _local.deadline, _local.expired = deadline, expired
-    try:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise expired_error()  # waited for a worker until too late: never starts
-        return work()
-    finally:
-        _local.deadline, _local.expired = None, ""
-
-
-def current_deadline() -> float | None:
-    deadline: float | None = getattr(_local, "deadline", None)
-    return deadline
-
-
-def expired_error() -> p.ApiError:
-    """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
-    return p.ApiError(504, _expired_text())
-
-
-def _expired_text() -> str:
-    expired: str = getattr(_local, "expired", "") or QUEUED_TOO_LONG
-    return expired
-
-
-def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
-    """Take `semaphore` before the calling request's deadline, or raise its 504.
-
-    For calls that run alone with batching on: a request that is still
-    waiting for its turn when its deadline passes is withdrawn (it never
-    runs, and its worker thread and admission slot are freed at once).
-    """
-    deadline = current_deadline()
-    remaining = None if deadline is None else deadline - time.monotonic()
-    if remaining is not None and remaining <= 0:
-        raise expired_error()
-    if not semaphore.acquire(timeout=remaining):
-        raise expired_error()
-
-
 # -- the queue
 
 
@@ -353,7 +303,7 @@ class Batcher(Generic[P, R]):
         """
         if deadline is None:
             deadline = current_deadline()
-        task = _Task(payload, rows, self._clock(), deadline, _expired_text())
+        task = _Task(payload, rows, self._clock(), deadline, expired_text())
         with self._lock:
             if self._stopping:
                 raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")

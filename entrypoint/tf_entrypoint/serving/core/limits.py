@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import acquire_before_deadline
+from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
 
 #: Decoded tensors, or examples with their context, may take this many times --max-body-bytes.
 EXPANSION = 8

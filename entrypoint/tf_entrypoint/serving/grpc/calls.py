@@ -24,11 +24,12 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -121,14 +122,15 @@ def route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
 class Calls:
     """What both services share: admission, timeouts, errors, metrics."""
 
-    def __init__(self, state: ServingState) -> None:
+    def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
+        self.config = config
         self.manager = state.manager
         self.metrics = state.metrics
 
     def timeout(self, context: Context) -> float:
         """Seconds the request may wait and run: --request-timeout or the deadline."""
-        limits = [self.state.config.request_timeout or float("inf")]
+        limits = [self.config.request_timeout or float("inf")]
         remaining = context.time_remaining()
         if remaining is not None:
             limits.append(max(remaining, 0.001))
@@ -233,7 +235,7 @@ class Calls:
             return await self.state.pool.run(work, timeout, admission)
         except p.ApiError as err:
             if err.code == "DEADLINE_EXCEEDED" and timeout < (
-                self.state.config.request_timeout or float("inf")
+                self.config.request_timeout or float("inf")
             ):
                 raise p.ApiError(504, "Deadline Exceeded") from None
             raise

@@ -58,7 +58,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                     "Only ModelConfigList is currently supported"
                 )
             wanted = config_from_message(config, origin="ReloadConfigRequest", base_dir=Path.cwd())
-            served = self.h.state.config
+            served = self.h.config
             if served.models.path is not None and served.model_config_file_poll_wait > 0:
                 log.warning(
                     "HandleReloadConfigRequest: %s is re-read every %g s "

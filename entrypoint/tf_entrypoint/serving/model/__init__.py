@@ -44,8 +44,8 @@ from tf_entrypoint.serving.core.batching import (
     Batcher,
     BatchHooks,
     BatchingParameters,
-    acquire_before_deadline,
 )
+from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
 
 log = logging.getLogger("tf_entrypoint.serving")
 

@@ -11,24 +11,23 @@ at once (docs/robustness.md, "Memory per request").
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, read_body
 from tf_entrypoint.serving.rest.errors import Answer, answer, error_answer, respond
 from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
@@ -151,10 +150,11 @@ def classify_or_regress(
 
 
 class Endpoints:
-    """The request handlers of one application, around its ServingState."""
+    """The request handlers of one application, around its ServingCore."""
 
-    def __init__(self, state: ServingState) -> None:
+    def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
+        self.config = config
         self.metrics = state.metrics
 
     async def anything(self, request: Request) -> Response:
@@ -164,7 +164,7 @@ class Endpoints:
         raise HTTPException(404)
 
     async def v1(self, request: Request) -> Response:
-        state, config, manager = self.state, self.state.config, self.state.manager
+        state, config, manager = self.state, self.config, self.state.manager
         started = time.perf_counter()
         api = "other"
         route: p.Route | None = None
@@ -267,13 +267,3 @@ class Endpoints:
         return self._timed(
             "other", answer(500, p.error_body(f"Internal error: {type(exc).__name__}"))
         )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.state.start()
-        try:
-            yield
-        finally:
-            self.state.stop.set()
-            if not self.state.shared_shutdown:
-                self.state.close()
