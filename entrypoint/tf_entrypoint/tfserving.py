@@ -2,7 +2,7 @@
 
 TF Serving's binary runs no Python, so the plan reaches it as command-line
 flags, appended only when the user did not pass the flag in any form
-(``--a=1``, ``--a 1``, ``-a``); not the session flags when the user owns the
+(``--a=1``, ``--a 1``, ``--a``); not the session flags when the user owns the
 session configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs
 applied to the budget. Our own ``tensorflow_model_server`` (a console script,
 recognised by its content, see :func:`is_our_server`) gets no flags: it is
@@ -18,6 +18,7 @@ import os
 
 from tf_entrypoint.frozen import frozen
 from tf_entrypoint.problems import Problem
+from tf_entrypoint.server_flags import tokenize
 from tf_entrypoint.settings import (
     INTER_OP,
     INTER_OP_ALIAS,
@@ -146,34 +147,28 @@ def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | s
 
 
 def _take_thread_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
-    """(thread flag -> raw value, the other arguments), or the usage error."""
+    """(thread flag -> raw value, the other arguments as written), or the usage error.
+
+    The command line as server_flags.tokenize reads it (the server reads the
+    rest with the same rules); the thread flags are the table's "plan" flags.
+    """
     given: dict[str, str] = {}
     rest: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        name, equals, raw = arg.partition("=")
-        flag = name[2:] if name.startswith("--") else ""
-        if flag in (INTRA_OP_FLAG, INTER_OP_FLAG, SESSION_FLAG):
-            if not equals:
-                if index + 1 >= len(args) or args[index + 1].startswith("--"):
-                    return f"{name} needs a value ({name}=N or {name} N)"
-                index += 1
-                raw = args[index]
-            given[flag] = raw
+    for token in tokenize(args):
+        if token.flag is None or token.flag.kind != "plan":
+            rest.extend(token.args)
+        elif token.value is None:
+            return f"{token.spelling} needs a value ({token.spelling}=N or {token.spelling} N)"
         else:
-            rest.append(arg)
-        index += 1
+            given[token.flag.name] = token.value
     return given, rest
 
 
 def user_flags(args: Sequence[str]) -> frozenset[str]:
-    """Names of the flags in args: '--a=1', '--a 1', '-a', '-a=1' all give 'a'."""
-    names = set()
-    for arg in args:
-        if arg.startswith("-") and arg not in ("-", "--"):
-            names.add(arg.lstrip("-").partition("=")[0])
-    return frozenset(names)
+    """Names of the flags in args, as server_flags.tokenize reads them: '--a=1',
+    '--a 1' and '--a' all give 'a'; '-a' is no flag (TF Serving's parser reads
+    only '--', docs/tf-serving.md)."""
+    return frozenset(token.spelling[2:] for token in tokenize(args) if token.spelling)
 
 
 def rest_api_threads(cpus: int) -> int:

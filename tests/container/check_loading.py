@@ -15,7 +15,7 @@ prints one JSON object on its last line:
   the version.
 - callables: 100 gRPC predicts with 100 different output filters on
   outputs/1 (eight outputs): every answer right, and the callables kept.
-- loader: SERVE_SAVED_MODEL_LOADER=tf2 and =bogus.
+- loader: the loader option (SERVE_SAVED_MODEL_LOADER's) tf2 and bogus.
 - repair: the Keras 3 exports whose variables are set from their restored
   copies: which variables are set once loaded, and the answers of both loaders.
 - multi: MultiInference of classify and regress on counted/1: how many
@@ -31,7 +31,6 @@ import collections
 import gc
 import itertools
 import json
-import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -143,12 +142,10 @@ def callables(models: Path) -> dict[str, Any]:
 def loader(models: Path) -> dict[str, Any]:
     from tf_entrypoint.serving import model  # noqa: PLC0415
 
-    os.environ[model.LOADER_VARIABLE] = "tf2"
-    servable = model.load(models / "keras" / "123", 123)
+    servable = model.load(models / "keras" / "123", 123, loader="tf2")
     (output,) = servable.predict("serving_default", {"inputs": rest_x(2.0)}).values()
-    os.environ[model.LOADER_VARIABLE] = "bogus"
     try:
-        model.load(models / "keras" / "123", 123)
+        model.load(models / "keras" / "123", 123, loader="bogus")
         refused = ""
     except ValueError as err:
         refused = str(err)
@@ -175,8 +172,7 @@ def repair(models: Path) -> dict[str, Any]:
     ):
         answers = {}
         for chosen in model.LOADERS:
-            os.environ[model.LOADER_VARIABLE] = chosen
-            servable = model.load(models / name, 1)
+            servable = model.load(models / name, 1, loader=chosen)
             x = p.Tensor("DT_FLOAT", shape, [2.0, 3.0])
             (output,) = servable.predict("serving_default", {alias: x}).values()
             answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
@@ -263,9 +259,8 @@ def keras(models: Path) -> dict[str, Any]:
             save(str(path))
             answers: dict[str, Any] = {}
             for chosen in model.LOADERS:
-                os.environ[model.LOADER_VARIABLE] = chosen
                 lines.lines.clear()
-                servable = model.load(path, 1)
+                servable = model.load(path, 1, loader=chosen)
                 (alias,) = servable.signatures["serving_default"].inputs
                 x = p.Tensor("DT_FLOAT", (2, 4), [0.5, 1.0, 1.5, 2.0, -1.0, 0.0, 1.0, 3.0])
                 (output,) = servable.predict("serving_default", {alias: x}).values()

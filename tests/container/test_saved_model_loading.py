@@ -115,7 +115,8 @@ def test_callables_per_output_set_are_bounded(containers: Containers, models: Pa
 
 def test_the_loader_variable(containers: Containers, models: Path) -> None:
     """SERVE_SAVED_MODEL_LOADER=tf2 loads with tf.saved_model.load (the previous
-    path, for benchmarks and diagnosis); another value fails the load, naming it."""
+    path, for benchmarks and diagnosis); another value fails the load, naming it
+    (the server refuses it at start already: test_serving_flags.py)."""
     result = check(containers, models, "loader")
     assert result["bundle"] == "_FunctionBundle", result
     assert result["answer"] == [2.0], result

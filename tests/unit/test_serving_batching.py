@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tf_entrypoint.serving.config.batching_config import parse_batching_parameters
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.batching import (
@@ -20,7 +21,6 @@ from tf_entrypoint.serving.core.batching import (
     Batcher,
     BatchHooks,
     BatchingParameters,
-    parse_batching_parameters,
 )
 from tf_entrypoint.serving.core.deadlines import QUEUED_TOO_LONG, run_with_deadline
 

@@ -287,7 +287,7 @@ def test_the_docs_table_is_the_codes_table() -> None:
 def test_warm_up_and_the_method_name_check_reach_the_loader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[Path, int, bool, bool, object]] = []
+    calls: list[tuple[Path, int, bool, bool, object, str]] = []
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
     def load(
@@ -299,8 +299,9 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         batching: object = None,
         batch_hooks: object = None,
         max_body_bytes: object = None,
+        loader: str = "session",
     ) -> object:
-        calls.append((directory, version, warmup, method_name_check, max_body_bytes))
+        calls.append((directory, version, warmup, method_name_check, max_body_bytes, loader))
         return object()
 
     fake.load = load  # type: ignore[attr-defined]
@@ -308,18 +309,35 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
     import tf_entrypoint.serving as package  # noqa: PLC0415
 
     monkeypatch.setattr(package, "model", fake, raising=False)
-    for argv, warmup, check, body_bytes in (
-        ([], True, False, 8 * 1024 * 1024),
-        (["--enable_model_warmup=false"], False, False, 8 * 1024 * 1024),
-        (["--enable_signature_method_name_check"], True, True, 8 * 1024 * 1024),
+    mib8 = 8 * 1024 * 1024
+    for argv, warmup, check, body_bytes, chosen in (
+        ([], True, False, mib8, "session"),
+        (["--enable_model_warmup=false"], False, False, mib8, "session"),
+        (["--enable_signature_method_name_check"], True, True, mib8, "session"),
         # it bounds what a warm-up record and a gRPC request may decode to
-        (["--max-body-bytes=1234"], True, False, 1234),
+        (["--max-body-bytes=1234"], True, False, 1234, "session"),
+        (["--saved-model-loader=tf2"], True, False, mib8, "tf2"),
     ):
         conf = parse(f"--model_base_path={tmp_path}", *argv)
         loader = main.build_core(conf).manager._loader
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
-        assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes)
+        assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes, chosen)
+
+
+def test_the_loader_variable_is_checked_at_start() -> None:
+    """SERVE_SAVED_MODEL_LOADER is read once, at start: a bad value is a usage
+    error naming the variable and the values it takes, not a failed load."""
+    env = {"SERVE_SAVED_MODEL_LOADER": "tf2"}
+    assert parse_config([], env, BUDGET).saved_model_loader == "tf2"
+    assert parse_config([], {}, BUDGET).saved_model_loader == "session"
+    with pytest.raises(UsageError) as bad:
+        parse_config([], {"SERVE_SAVED_MODEL_LOADER": "bogus"}, BUDGET)
+    assert str(bad.value) == (
+        "SERVE_SAVED_MODEL_LOADER='bogus' is invalid: expected session or tf2"
+    )
+    with pytest.raises(UsageError, match="--saved-model-loader='TF2' is invalid"):
+        parse_config(["--saved-model-loader=TF2"], {}, BUDGET)
 
 
 def test_with_batching_every_admitted_request_gets_a_thread() -> None:

@@ -14,6 +14,7 @@ from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, w
 from tests.unit.test_serving_lifecycle import Fake, Loader, manager_for, spec
 from tests.unit.test_serving_lifecycle import export as export_version
 from tf_entrypoint.serving import main as server
+from tf_entrypoint.serving.config import monitoring_config
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 
@@ -34,7 +35,7 @@ def test_the_messages_match_tf_servings_proto() -> None:
         upstream[name] = {(kind, field, int(number)) for kind, field, number in fields}
     assert upstream  # the regexes found something to compare
 
-    file = monitoring._message_classes().DESCRIPTOR.file
+    file = monitoring_config._message_classes().DESCRIPTOR.file
     types = {8: "bool", 9: "string"}  # FieldDescriptor.TYPE_BOOL, TYPE_STRING
     built = {
         name: {
@@ -69,7 +70,8 @@ def write(tmp_path: Path, text: str) -> Path:
 )
 def test_config_file(tmp_path: Path, text: str, page: str | None) -> None:
     path = write(tmp_path, text)
-    assert monitoring.read_monitoring_config(path) == monitoring.MonitoringConfig(page, path)
+    expected = monitoring_config.MonitoringConfig(page, path)
+    assert monitoring_config.read_monitoring_config(path) == expected
 
 
 #: TF Serving's words for a file protobuf cannot parse (ParseProtoTextFile).
@@ -101,7 +103,7 @@ def test_config_file_errors_name_file_line_and_field(
 ) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
-        monitoring.read_monitoring_config(path)
+        monitoring_config.read_monitoring_config(path)
     where = where if "PATH" in where else f"PATH{where}"
     assert str(caught.value).startswith(where.replace("PATH", str(path)))
     assert message in str(caught.value)
@@ -109,7 +111,7 @@ def test_config_file_errors_name_file_line_and_field(
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"missing\.config: cannot read the monitoring config"):
-        monitoring.read_monitoring_config(tmp_path / "missing.config")
+        monitoring_config.read_monitoring_config(tmp_path / "missing.config")
 
 
 def test_a_bad_file_exits_78_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,7 +132,7 @@ def test_the_variable_reads_the_file_too(tmp_path: Path) -> None:
         {"SERVE_MONITORING_CONFIG_FILE": str(path)},
         budget=PlannedCpus(1, "test"),
     )
-    assert conf.monitoring == monitoring.MonitoringConfig(PAGE, path)
+    assert conf.monitoring == monitoring_config.MonitoringConfig(PAGE, path)
 
 
 # -- the page's format, line by line

@@ -38,6 +38,8 @@ CASES = {
     "tf_entrypoint.plan": HEAVY | {"tf_entrypoint.hook"},
     # Loaded lazily, only when the command is tensorflow_model_server.
     "tf_entrypoint.tfserving": HEAVY,
+    # The flag table and tokenizer: tfserving reads the thread flags with it.
+    "tf_entrypoint.server_flags": HEAVY | {"difflib", "textwrap"},
     # The whole hand-off path: the hook and the server are never imported. (explain
     # and tfserving were imported lazily once; they cost about 0.5 ms, so no longer.)
     "tf_entrypoint.cli": HEAVY | {"tf_entrypoint.hook", "tf_entrypoint.serving", "starlette"},

@@ -118,6 +118,7 @@ def tensorflow_loader(
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
     max_body_bytes: int | None = None,
+    loader: str = "session",
 ) -> Servable:
     from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
@@ -129,6 +130,7 @@ def tensorflow_loader(
         batching=batching,
         batch_hooks=batch_hooks,
         max_body_bytes=max_body_bytes,
+        loader=loader,
     )
 
 
@@ -153,6 +155,7 @@ def build_core(
             batching=config.batching,
             batch_hooks=metrics.batch_hooks(),
             max_body_bytes=config.max_body_bytes,
+            loader=config.saved_model_loader,
         )
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)

@@ -25,7 +25,6 @@ import gc
 import importlib
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -36,8 +35,12 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 import tensorflow as tf
 
+from tf_entrypoint.server_flags import (
+    DEFAULT_MAX_BODY_BYTES,
+    ENV_SAVED_MODEL_LOADER,
+    SAVED_MODEL_LOADERS,
+)
 from tf_entrypoint.serving.codec import examples as ex
-from tf_entrypoint.serving.config import DEFAULT_MAX_BODY_BYTES
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.batching import (
@@ -483,11 +486,9 @@ def _unparsable(examples: Sequence[bytes]) -> str:
     return "Could not parse example input"
 
 
-#: Picks the loader: "session" (the default, TF Serving's) or "tf2"
-#: (tf.saved_model.load for every export, as this server did before; for
-#: benchmarks and diagnosis). See docs/tf-serving.md.
-LOADER_VARIABLE = "SERVE_SAVED_MODEL_LOADER"
-LOADERS = ("session", "tf2")
+#: The loaders (SERVE_SAVED_MODEL_LOADER, read and checked at start by config).
+LOADER_VARIABLE = ENV_SAVED_MODEL_LOADER
+LOADERS = SAVED_MODEL_LOADERS
 #: Session callables kept per version: one per signature and set of outputs
 #: asked for (gRPC's output_filter picks subsets); the least recently used
 #: beyond this are released.
@@ -792,14 +793,7 @@ class _FunctionBundle:
 _Bundle = _SessionBundle | _FunctionBundle
 
 
-def _loader_choice() -> str:
-    chosen = os.environ.get(LOADER_VARIABLE, "").strip() or LOADERS[0]
-    if chosen not in LOADERS:
-        raise ValueError(f"{LOADER_VARIABLE}={chosen!r}: expected one of {', '.join(LOADERS)}")
-    return chosen
-
-
-def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
+def open_saved_model(directory: Path, loader: str = LOADERS[0]) -> tuple[_Bundle, Any]:
     """Load a SavedModel as TF Serving does; (the bundle, its 'serve' MetaGraphDef).
 
     Keras 3 (TensorFlow 2.16 and later) writes exports whose graph a Session
@@ -813,9 +807,12 @@ def open_saved_model(directory: Path) -> tuple[_Bundle, Any]:
     (:meth:`_SessionBundle.set_from_restored_copies`), and the export is
     served as a Session bundle; one whose unset variables have no such copy
     is loaded with tf.saved_model.load instead, which binds the signatures to
-    the restored variables through the object graph, with a warning.
+    the restored variables through the object graph, with a warning. `loader`
+    "tf2" (SERVE_SAVED_MODEL_LOADER) loads every export that way.
     """
-    if _loader_choice() == "tf2":
+    if loader not in LOADERS:
+        raise ValueError(f"{LOADER_VARIABLE}={loader!r}: expected one of {', '.join(LOADERS)}")
+    if loader == "tf2":
         return _FunctionBundle(directory), _read_meta_graph(directory)
     bundle = _session_bundle(directory)
     graph = bundle.meta_graph
@@ -930,6 +927,7 @@ class TensorFlowServable:
         *,
         method_name_check: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        loader: str = LOADERS[0],
     ) -> None:
         self._directory = directory
         self._version = version
@@ -939,7 +937,7 @@ class TensorFlowServable:
         #: Seconds spent replaying the warm-up file; None when there is none.
         self.warmup_seconds: float | None = None
         self._method_name_check = method_name_check
-        self._bundle, graph = open_saved_model(directory)
+        self._bundle, graph = open_saved_model(directory, loader)
         self._signatures = _signatures(graph)
         #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
         self.signature_def_map = _signature_def_map(graph)
@@ -1337,6 +1335,7 @@ def load(
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
     max_body_bytes: int | None = None,
+    loader: str = LOADERS[0],
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
@@ -1345,6 +1344,7 @@ def load(
     `batching`: --enable_batching's parameters (warm-up runs unbatched).
     `max_body_bytes`: --max-body-bytes, which bounds what a gRPC request or a
     warm-up record may decode to (limits.py; default: the flag's default).
+    `loader`: SERVE_SAVED_MODEL_LOADER, "session" or "tf2" (open_saved_model).
     A version whose warm-up fails is closed before the error is raised.
     """
     servable = TensorFlowServable(
@@ -1352,6 +1352,7 @@ def load(
         version,
         method_name_check=method_name_check,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
+        loader=loader,
     )
     try:
         if warmup:
