@@ -20,11 +20,12 @@ from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.lifecycle import Loader
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
-from tf_entrypoint.serving.rest.errors import Answer
+from tf_entrypoint.serving.rest.errors import Answer, http_status
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))
@@ -380,14 +381,14 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
 
 def run_pool(
     pool: InferencePool, jobs: list[Callable[[], Answer]], timeout: float
-) -> list[Answer | p.ApiError]:
-    async def one(job: Callable[[], Answer]) -> Answer | p.ApiError:
+) -> list[Answer | ServingError]:
+    async def one(job: Callable[[], Answer]) -> Answer | ServingError:
         try:
             return await pool.run(job, timeout)
-        except p.ApiError as err:
+        except ServingError as err:
             return err
 
-    async def all_of_them() -> list[Answer | p.ApiError]:
+    async def all_of_them() -> list[Answer | ServingError]:
         return list(await asyncio.gather(*(one(job) for job in jobs)))
 
     try:
@@ -406,8 +407,8 @@ def test_pool_admits_at_most_max_queue() -> None:
     async def status(call: Awaitable[Answer]) -> int:
         try:
             return (await call).status
-        except p.ApiError as err:
-            return err.status
+        except ServingError as err:
+            return http_status(err)
 
     async def main(pool: InferencePool) -> list[int]:
         # Admission is decided as each call starts, in order: three in, two refused.
@@ -439,8 +440,8 @@ def test_pool_times_out_with_504() -> None:
         results = run_pool(pool, [slow, slow], timeout=0.1)
     finally:
         release.set()
-    assert [r.status for r in results] == [504, 504]
-    assert all(isinstance(r, p.ApiError) and "timed out" in r.message for r in results)
+    assert all(isinstance(r, ServingError) and "timed out" in r.message for r in results)
+    assert [http_status(r) for r in results if isinstance(r, ServingError)] == [504, 504]
 
 
 def test_pool_never_blocks_the_event_loop() -> None:
@@ -620,9 +621,9 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
         async def one() -> int:
             try:
                 return (await pool.run(work, 60)).status
-            except p.ApiError as err:
-                refused.append(err.status)
-                return err.status
+            except ServingError as err:
+                refused.append(http_status(err))
+                return http_status(err)
 
         async def many() -> None:
             results.extend(await asyncio.gather(*(one() for _ in range(6))))

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.deadlines import current_deadline, expired_text
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -97,8 +97,8 @@ class _Task(Generic[P]):
     def late(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
-    def expired_error(self) -> p.ApiError:
-        return p.ApiError(504, self.expired)
+    def expired_error(self) -> ServingError:
+        return ServingError(Code.DEADLINE_EXCEEDED, self.expired)
 
     def expire(self) -> None:
         """Answer its 504 without running it: its deadline passed before it could start."""
@@ -180,7 +180,7 @@ class Batcher(Generic[P, R]):
         task = _Task(payload, rows, self._clock(), deadline, expired_text())
         with self._lock:
             if self._stopping:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             if task.late(self._clock()):  # never queued nor run inline once too late
                 raise task.expired_error()
             # Nothing queued, a batch thread's share free, no timeout to wait
@@ -217,15 +217,18 @@ class Batcher(Generic[P, R]):
         limit = self.parameters.max_batch_size
         with self._lock:
             if self._stopping:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             batch = self._open.get(key)
             if batch is not None and batch.rows + task.rows > limit:
                 self._close(batch)
                 batch = None
             if batch is None:
                 if len(self._open) + len(self._ready) >= self.parameters.max_enqueued_batches:
-                    raise p.ApiError(
-                        503, QUEUE_FULL, {"Retry-After": "1"}, code="RESOURCE_EXHAUSTED"
+                    raise ServingError(
+                        Code.RESOURCE_EXHAUSTED,
+                        QUEUE_FULL,
+                        refusal=Refusal.AT_CAPACITY,
+                        retry_after=1,
                     )
                 batch = _Batch(key, self._clock())
                 self._open[key] = batch

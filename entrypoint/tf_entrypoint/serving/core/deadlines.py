@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 R = TypeVar("R")
 
@@ -45,9 +45,9 @@ def current_deadline() -> float | None:
     return deadline
 
 
-def expired_error() -> p.ApiError:
+def expired_error() -> ServingError:
     """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
-    return p.ApiError(504, expired_text())
+    return ServingError(Code.DEADLINE_EXCEEDED, expired_text())
 
 
 def expired_text() -> str:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 #: Seconds from the end of --grace-period to the process's exit, at most: the
 #: answers to the calls cut off are written, both listeners close, and the
@@ -43,7 +43,7 @@ STOPPED = (
 TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
 
 
-class Refused(p.ApiError):
+class Refused(ServingError):
     """A request that arrives once the cut-off has fired: 503 / UNAVAILABLE at once."""
 
 
@@ -69,7 +69,7 @@ class CutOff:
         return self._fired.is_set()
 
     def _refused(self) -> Refused:
-        return Refused(503, self.message, code="UNAVAILABLE")
+        return Refused(Code.UNAVAILABLE, self.message)
 
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:

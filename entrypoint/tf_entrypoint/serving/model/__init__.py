@@ -49,6 +49,7 @@ from tf_entrypoint.serving.core.batching import (
     BatchingParameters,
 )
 from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
+from tf_entrypoint.serving.core.errors import ServingError
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -1273,7 +1274,7 @@ class TensorFlowServable:
                 )
             try:
                 self.predict_protos(name, request.inputs, request.output_filter)
-            except p.ApiError as err:
+            except (p.ApiError, ServingError) as err:
                 raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
             replayed += 1
         return replayed
@@ -1289,7 +1290,7 @@ class TensorFlowServable:
                 request = log_entry.regress_log.request
                 examples = ex.serialized_examples(request.input, limit=self._expansion)
                 self.regress(request.model_spec.signature_name, examples)
-        except p.ApiError as err:
+        except (p.ApiError, ServingError) as err:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 
     def _replay_multi_inference(self, index: int, path: Path, log_entry: Any) -> None:
@@ -1299,7 +1300,7 @@ class TensorFlowServable:
         try:
             examples = ex.serialized_examples(request.input, limit=self._expansion)
             self.multi_inference(ex.tasks_of(request), examples)
-        except p.ApiError as err:
+        except (p.ApiError, ServingError) as err:
             raise ValueError(f"warm-up record {index} of {path} failed: {err.message}") from None
 
     def _warm_up_with_zeros(self) -> None:
@@ -1322,7 +1323,7 @@ class TensorFlowServable:
             else:
                 try:
                     self.predict(name, inputs)
-                except p.ApiError as err:
+                except (p.ApiError, ServingError) as err:
                     log.info("warm-up of signature %r skipped: %s", name, err.message)
 
 

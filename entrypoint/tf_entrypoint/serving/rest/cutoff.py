@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import CutOff, Refused
+from tf_entrypoint.serving.rest.errors import http_status
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -48,7 +49,7 @@ class CutOffMiddleware:
             with self.cutoff.track():
                 await self.app(scope, receive, sending)
         except Refused as err:  # arrived after the cut-off
-            await _send_error(send, err.status, err.message)
+            await _send_error(send, http_status(err), err.message)
         except asyncio.CancelledError:
             if not self.cutoff.fired:
                 raise

@@ -25,11 +25,12 @@ from tf_entrypoint.serving.codec import examples as ex
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, read_body
-from tf_entrypoint.serving.rest.errors import Answer, answer, error_answer, respond
+from tf_entrypoint.serving.rest.errors import ERRORS, Answer, answer, error_answer, respond
 from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -48,7 +49,7 @@ def status(manager: Manager, route: p.Route) -> Answer:
     """GET /v1/models/NAME[/versions/N|/labels/L]."""
     try:
         return answer(200, p.status_body(manager.status(route)))
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -57,7 +58,7 @@ def metadata(manager: Manager, route: p.Route) -> Answer:
     try:
         with manager.lease(route) as version:
             return Answer(200, version.metadata, {})
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -94,7 +95,7 @@ def predict(
     """
     try:
         if route.kind != "predict":
-            raise p.bad_request(f"{route.kind} is not a predict request")
+            raise invalid_argument(f"{route.kind} is not a predict request")
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
@@ -110,7 +111,7 @@ def predict(
             del inputs
         with limits.slot():
             return Answer(200, p.predict_json(request_format, outputs), {})
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -128,7 +129,7 @@ def classify_or_regress(
     """
     try:
         if route.kind not in ("classify", "regress"):
-            raise p.bad_request(f"{route.kind} is not a classify or regress request")
+            raise invalid_argument(f"{route.kind} is not a classify or regress request")
         with limits.slot():
             request = ex.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
@@ -145,7 +146,7 @@ def classify_or_regress(
             if route.kind == "classify":
                 return Answer(200, ex.classify_json(classes), {})
             return answer(200, ex.regress_response(values))
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -197,10 +198,10 @@ class Endpoints:
                     state.limits,
                 )
                 result = await state.pool.run(work, config.request_timeout, admission)
-        except p.ApiError as err:
+        except ERRORS as err:
             result = error_answer(err)
         except ClientDisconnect:
-            result = Answer(499, b"", {})
+            result = Answer(499, b"", {}, "CANCELLED")
         seconds = time.perf_counter() - started
         model = state.model_label(route)
         self.metrics.observe(api, result.status, seconds, model)
@@ -209,7 +210,7 @@ class Endpoints:
             # TF Serving's `method`: the verb of a POST, "" for GETs and bad paths.
             route.kind if route is not None and route.kind in _RUNTIME_APIS else "",
             monitoring.ENTRYPOINT_REST,
-            monitoring.status_name(result.status),
+            result.code,
             seconds,
         )
         return respond(result)
@@ -233,7 +234,7 @@ class Endpoints:
             for name in pending:
                 try:
                     state.manager.check(p.Route("predict", name))
-                except p.ApiError as err:
+                except ERRORS as err:
                     reasons[name] = err.message
             return self._timed(
                 "health", answer(503, {"status": "loading", "waiting_for": reasons, **body})

@@ -10,6 +10,7 @@ from typing import TypeVar
 from starlette.requests import Request
 
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import invalid_argument
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -42,7 +43,7 @@ def _version(text: str | None) -> int | None:
     digits = text.lstrip("0")
     if len(digits) > len(str(_INT64_MAX)) or int(digits or "0") > _INT64_MAX:
         shown = text if len(text) <= p.MAX_QUOTED else text[: p.MAX_QUOTED - 3] + "..."
-        raise p.bad_request(f"Failed to convert version: {shown} to numeric.")
+        raise invalid_argument(f"Failed to convert version: {shown} to numeric.")
     return int(digits or "0")
 
 
@@ -72,10 +73,10 @@ def parse_route(method: str, path: str) -> p.Route:
         if match:
             name, version, label, metadata = match.groups()
             if not name:
-                raise p.bad_request("Missing model name in request.")
+                raise invalid_argument("Missing model name in request.")
             kind = "metadata" if metadata else "status"
             return p.Route(kind, _decoded(name) or "", _version(version), _decoded(label))
-    raise p.bad_request(f"Malformed request: {method} {p.quote(path)}")
+    raise invalid_argument(f"Malformed request: {method} {p.quote(path)}")
 
 
 def path_as_sent(request: Request) -> str:
