@@ -42,6 +42,13 @@ what the operation adds}. Operations ({"op": ...}):
   grpc.max_connection_age_ms makes it) or the seconds pass.
 - raw: method (a full gRPC method path), body (text, sent as bytes), timeout;
   the answer's bytes are left out, their length is "size".
+- wire: method (a short name of WIRE_METHODS), request (the request message in
+  text format), or request_b64 (its bytes as sent, e.g. a corrupt message),
+  fill ({input, floats}: that input becomes that many float zeros, as
+  tensor_content), timeout; the result is {"code", "message", "size" (the
+  answer's byte count), "sha256" (of the answer serialized deterministically:
+  map entries in key order, also inside Any fields), "text" (the answer in text
+  format, Any fields expanded)}: for test_answers.py, which records answers.
 - profile: logdir, duration_ms, attempts, predict (a predict_typed op);
   TensorFlow's own profiler client (profiler_client.trace, as TensorBoard's
   profile plugin calls it) against the gRPC port while the predict runs
@@ -52,8 +59,10 @@ what the operation adds}. Operations ({"op": ...}):
 
 from __future__ import annotations
 
+import base64
 import collections
 import concurrent.futures
+import hashlib
 import json
 import sys
 import threading
@@ -65,7 +74,7 @@ from typing import Any
 import grpc
 import numpy as np
 import tensorflow as tf
-from google.protobuf import json_format, text_format
+from google.protobuf import descriptor_pool, json_format, message_factory, text_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import (
@@ -525,7 +534,84 @@ def op_raw(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return {"code": code, "message": message, "size": None if answer is None else len(answer)}
 
 
+#: The methods a `wire` op may call: full path, request and response classes.
+WIRE_METHODS: dict[str, tuple[str, Any, Any]] = {
+    "Predict": ("/tensorflow.serving.PredictionService/Predict",
+                predict_pb2.PredictRequest, predict_pb2.PredictResponse),
+    "Classify": ("/tensorflow.serving.PredictionService/Classify",
+                 classification_pb2.ClassificationRequest,
+                 classification_pb2.ClassificationResponse),
+    "Regress": ("/tensorflow.serving.PredictionService/Regress",
+                regression_pb2.RegressionRequest, regression_pb2.RegressionResponse),
+    "MultiInference": ("/tensorflow.serving.PredictionService/MultiInference",
+                       inference_pb2.MultiInferenceRequest,
+                       inference_pb2.MultiInferenceResponse),
+    "GetModelMetadata": ("/tensorflow.serving.PredictionService/GetModelMetadata",
+                         get_model_metadata_pb2.GetModelMetadataRequest,
+                         get_model_metadata_pb2.GetModelMetadataResponse),
+    "GetModelStatus": ("/tensorflow.serving.ModelService/GetModelStatus",
+                       get_model_status_pb2.GetModelStatusRequest,
+                       get_model_status_pb2.GetModelStatusResponse),
+    "HandleReloadConfigRequest": ("/tensorflow.serving.ModelService/HandleReloadConfigRequest",
+                                  model_management_pb2.ReloadConfigRequest,
+                                  model_management_pb2.ReloadConfigResponse),
+    "Check": ("/grpc.health.v1.Health/Check",
+              health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse),
+}  # fmt: skip
+
+
+def canonical(message: Any) -> None:
+    """Make every google.protobuf.Any in `message` hold its message serialized
+    deterministically (map entries by key), as SerializeToString(deterministic=True)
+    writes the rest: the server writes map entries in an order that varies
+    between runs."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if hasattr(value, "DESCRIPTOR"):  # one message
+            children = [value]
+        elif field.message_type.GetOptions().map_entry:
+            valued = field.message_type.fields_by_name["value"].message_type is not None
+            children = list(value.values()) if valued else []
+        else:  # a repeated message field
+            children = list(value)
+        for child in children:
+            if child.DESCRIPTOR.full_name == "google.protobuf.Any":
+                inner = message_factory.GetMessageClass(
+                    descriptor_pool.Default().FindMessageTypeByName(child.TypeName())
+                )()
+                child.Unpack(inner)
+                canonical(inner)
+                child.value = inner.SerializeToString(deterministic=True)
+            else:
+                canonical(child)
+
+
+def op_wire(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    path, request_class, response_class = WIRE_METHODS[op["method"]]
+    if "request_b64" in op:
+        body = base64.b64decode(op["request_b64"])
+    else:
+        request = text_format.Parse(op.get("request", ""), request_class())
+        if "fill" in op:
+            tensor = request.inputs[op["fill"]["input"]]
+            tensor.dtype = tf.float32.as_datatype_enum
+            tensor.tensor_shape.dim.add().size = op["fill"]["floats"]
+            tensor.tensor_content = bytes(4 * op["fill"]["floats"])
+        body = request.SerializeToString(deterministic=True)
+    method: Any = stubs.channel.unary_unary(path)  # bytes in, bytes out
+    code, message, answer = call(method, body, op.get("timeout", 60))
+    if answer is None:
+        return {"code": code, "message": message}
+    response = response_class.FromString(answer)
+    text = text_format.MessageToString(response, descriptor_pool=descriptor_pool.Default())
+    canonical(response)
+    digest = hashlib.sha256(response.SerializeToString(deterministic=True)).hexdigest()
+    return {"code": code, "message": message, "size": len(answer), "sha256": digest, "text": text}
+
+
 OPERATIONS = {
+    "wire": op_wire,
     "watch": op_watch,
     "parallel": op_parallel,
     "predict": op_predict,
