@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,8 +13,6 @@ from tf_entrypoint.serving.core.deadlines import run_with_deadline
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
-
-log = logging.getLogger("tf_entrypoint.serving")
 
 T = TypeVar("T")
 

@@ -16,7 +16,6 @@ TF Serving's multi_inference.cc (docs/tf-serving.md).
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -37,8 +36,6 @@ from tf_entrypoint.serving.core.admission import Admission
 from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.lifecycle import Version
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of, route_of_spec
-
-log = logging.getLogger("tf_entrypoint.serving")
 
 
 def signature_def_map(signatures: Mapping[str, p.Signature]) -> Any:

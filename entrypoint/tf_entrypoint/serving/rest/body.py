@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import TypeVar
 
 from starlette.requests import Request
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, invalid_argument
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
 
 
 class Body:

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import CutOff, Refused
 from tf_entrypoint.serving.rest.errors import http_status
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.responses import Response
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
-
 
 #: What a request handler catches: the one error type, and ApiError, the
 #: status-based type that the layers not yet converted still raise.

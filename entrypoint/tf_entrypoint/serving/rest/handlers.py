@@ -15,7 +15,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -35,7 +34,6 @@ from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-T = TypeVar("T")
 
 #: A REST verb -> the `API` label of TF Serving's runtime_latency.
 _RUNTIME_APIS = {

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import urllib.parse
-from typing import TypeVar
 
 from starlette.requests import Request
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import invalid_argument
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
 
 # TF Serving's URL grammar (http_rest_api_util.cc), matched, as there, on the
 # path as sent (still percent-encoded); the model name and label are decoded
