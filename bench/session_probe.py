@@ -27,8 +27,8 @@ that take turns (A B, then B A) so both see the same stretch of machine:
 
 - run: what a predict costs in TensorFlow, as the server calls it: the
   inputs as NumPy arrays in, the outputs as NumPy arrays out
-  (model._SessionBundle.run / model._FunctionBundle.run);
-- predict: gRPC's Predict in process (TensorServable.predict_protos):
+  (SessionBundle.run / FunctionBundle.run in model/bundle.py);
+- predict: gRPC's Predict in process (core/inference.predict on the servable):
   TensorProtos decoded, run, outputs written as TensorProtos.
 
 It prints one JSON line: per model, batch, level and path, the median of the
@@ -150,7 +150,15 @@ def one_call(level: str, servable: Any, bundle: Any, *, signature: Any, x: Any, 
     """A no-argument callable making one call at `level` (run or predict)."""
     if level == "run":
         return lambda: bundle.run("serving_default", signature, {"x": x}, ["y"])
-    return lambda: servable.predict_protos("serving_default", proto, ())
+    from tf_entrypoint.serving.codec import tensor_proto  # noqa: PLC0415
+    from tf_entrypoint.serving.core import inference  # noqa: PLC0415
+
+    def predict() -> Any:
+        inputs = tensor_proto.ProtoInputs(proto, 1 << 30)
+        _, outputs = inference.predict(servable, "serving_default", inputs)
+        return {alias: tensor_proto.as_proto_field(alias, t) for alias, t in outputs.items()}
+
+    return predict
 
 
 def calls(directory: Path, rounds: int, seconds: float) -> dict[str, Any]:

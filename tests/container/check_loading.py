@@ -50,6 +50,13 @@ def bundle(servable: Any) -> Any:
     return servable._bundle
 
 
+def predict(servable: Any, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A REST predict's run: decoded tensors in, every output out (core/inference.py)."""
+    from tf_entrypoint.serving.core import inference  # noqa: PLC0415
+
+    return inference.predict(servable, name, inference.Decoded(inputs), rest=True)[1]
+
+
 def values_list(values: Any) -> list[Any]:
     from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
@@ -73,7 +80,7 @@ def threads(models: Path) -> dict[str, Any]:
         servable = model.load(models / name / "123", 123)
         signature = servable.signatures["serving_default"]
         (alias,) = signature.inputs
-        (output,) = servable.predict("serving_default", {alias: rest_x(2.0)}).values()
+        (output,) = predict(servable, "serving_default", {alias: rest_x(2.0)}).values()
         answers.append(values_list(output.values))
         loaded.append(servable)
         census.append(sum(thread_names().values()))
@@ -96,7 +103,7 @@ def close(models: Path) -> dict[str, Any]:
     from tf_entrypoint.serving import model  # noqa: PLC0415
 
     servable = model.load(models / "half_plus_two_tf2" / "123", 123)
-    (output,) = servable.predict("serving_default", {"x": rest_x(2.0)}).values()
+    (output,) = predict(servable, "serving_default", {"x": rest_x(2.0)}).values()
     session = bundle(servable)._session
     graph, session_ref = weakref.ref(bundle(servable)._graph), weakref.ref(session)
     servable.close()
@@ -115,6 +122,8 @@ def callables(models: Path) -> dict[str, Any]:
     import tensorflow as tf  # noqa: PLC0415
 
     from tf_entrypoint.serving import model  # noqa: PLC0415
+    from tf_entrypoint.serving.codec import tensor_proto  # noqa: PLC0415
+    from tf_entrypoint.serving.core import inference  # noqa: PLC0415
 
     servable = model.load(models / "outputs" / "1", 1, warmup=False)
     aliases = sorted(servable.signatures["serving_default"].outputs)
@@ -126,7 +135,9 @@ def callables(models: Path) -> dict[str, Any]:
     x = {"x": tf.make_tensor_proto(np.array([1.0, 2.0], np.float32))}
     wrong = []
     for wanted in filters:
-        _, outputs = servable.predict_protos("serving_default", x, wanted)
+        inputs = tensor_proto.ProtoInputs(x, 1 << 30)
+        _, tensors = inference.predict(servable, "serving_default", inputs, wanted)
+        outputs = {alias: tensor_proto.as_proto_field(alias, t) for alias, t in tensors.items()}
         got = {alias: list(proto.float_val) for alias, proto in outputs.items()}
         expected = {alias: [1.0 + int(alias[1:]), 2.0 + int(alias[1:])] for alias in wanted}
         if got != expected:
@@ -143,7 +154,7 @@ def loader(models: Path) -> dict[str, Any]:
     from tf_entrypoint.serving import model  # noqa: PLC0415
 
     servable = model.load(models / "keras" / "123", 123, loader="tf2")
-    (output,) = servable.predict("serving_default", {"inputs": rest_x(2.0)}).values()
+    (output,) = predict(servable, "serving_default", {"inputs": rest_x(2.0)}).values()
     try:
         model.load(models / "keras" / "123", 123, loader="bogus")
         refused = ""
@@ -174,7 +185,7 @@ def repair(models: Path) -> dict[str, Any]:
         for chosen in model.LOADERS:
             servable = model.load(models / name, 1, loader=chosen)
             x = p.Tensor("DT_FLOAT", shape, [2.0, 3.0])
-            (output,) = servable.predict("serving_default", {alias: x}).values()
+            (output,) = predict(servable, "serving_default", {alias: x}).values()
             answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
             if chosen == "session":
                 graph, session = bundle(servable)._graph, bundle(servable)._session
@@ -263,7 +274,7 @@ def keras(models: Path) -> dict[str, Any]:
                 servable = model.load(path, 1, loader=chosen)
                 (alias,) = servable.signatures["serving_default"].inputs
                 x = p.Tensor("DT_FLOAT", (2, 4), [0.5, 1.0, 1.5, 2.0, -1.0, 0.0, 1.0, 3.0])
-                (output,) = servable.predict("serving_default", {alias: x}).values()
+                (output,) = predict(servable, "serving_default", {alias: x}).values()
                 answers[chosen] = [type(bundle(servable)).__name__, values_list(output.values)]
                 if chosen == "session":
                     answers["set_from_copies"] = any(
@@ -278,7 +289,7 @@ def multi(models: Path) -> dict[str, Any]:
     makes (the shared node's `runs` before and after), against Classify and
     Regress alone, and the answers."""
     from tf_entrypoint.serving import model  # noqa: PLC0415
-    from tf_entrypoint.serving.codec import examples as ex  # noqa: PLC0415
+    from tf_entrypoint.serving.core import inference  # noqa: PLC0415
     from tf_entrypoint.serving.core import types as p  # noqa: PLC0415
 
     example_pb2 = __import__("tensorflow.core.example.example_pb2", fromlist=["x"])
@@ -290,17 +301,18 @@ def multi(models: Path) -> dict[str, Any]:
     servable = model.load(models / "counted" / "1", 1, warmup=False)
 
     def runs() -> float:
-        (value,) = servable.predict("count", {"unused": p.Tensor("DT_FLOAT", (1,), [0.0])})[
+        (value,) = predict(servable, "count", {"unused": p.Tensor("DT_FLOAT", (1,), [0.0])})[
             "runs"
         ].values
         return float(value)
 
     found: dict[str, Any] = {"bundle": type(bundle(servable)).__name__}
     before = runs()
-    results = servable.multi_inference(
+    results = inference.multi_inference(
+        servable,
         [
-            ex.Task("counted", "classify", ex.CLASSIFY_METHOD),
-            ex.Task("counted", "regress", ex.REGRESS_METHOD),
+            inference.Task("counted", "classify", p.CLASSIFY_METHOD),
+            inference.Task("counted", "regress", p.REGRESS_METHOD),
         ],
         examples,
     )
@@ -311,8 +323,8 @@ def multi(models: Path) -> dict[str, Any]:
         results[1],
     ]
     before = runs()
-    servable.classify("classify", examples)
-    servable.regress("regress", examples)
+    inference.classify(servable, "classify", examples)
+    inference.regress(servable, "regress", examples)
     found["classify_then_regress_runs"] = runs() - before
     return found
 

@@ -81,7 +81,7 @@ def test_sessions_take_the_planned_threads_and_share_the_pools(
             "TF_INTER_OP_PARALLELISM_THREADS": str(INTER),
         },
     )
-    assert result["bundles"] == ["_SessionBundle"] * 4, result
+    assert result["bundles"] == ["SessionBundle"] * 4, result
     assert result["answers"] == [[3.0], [4.0], [3.0], [12.0]], result
     assert result["configs"] == [[INTRA, INTER]] * 4, result
     first = result["threads"][0]
@@ -118,7 +118,7 @@ def test_the_loader_variable(containers: Containers, models: Path) -> None:
     path, for benchmarks and diagnosis); another value fails the load, naming it
     (the server refuses it at start already: test_serving_flags.py)."""
     result = check(containers, models, "loader")
-    assert result["bundle"] == "_FunctionBundle", result
+    assert result["bundle"] == "FunctionBundle", result
     assert result["answer"] == [2.0], result
     assert result["refused"] == (
         "SERVE_SAVED_MODEL_LOADER='bogus': expected one of session, tf2"
@@ -135,13 +135,13 @@ def test_keras_3_variables_are_set_from_their_restored_copies(
     result = check(containers, models, "repair")
     distributed = result["keras_distributed/123"]
     assert distributed["answers"] == {
-        "session": ["_SessionBundle", [2.0, 3.0]],
-        "tf2": ["_FunctionBundle", [2.0, 3.0]],
+        "session": ["SessionBundle", [2.0, 3.0]],
+        "tf2": ["FunctionBundle", [2.0, 3.0]],
     }
     module = result["keras_in_module/1"]
     assert module["answers"] == {
-        "session": ["_SessionBundle", [2.0, 3.0]],
-        "tf2": ["_FunctionBundle", [2.0, 3.0]],
+        "session": ["SessionBundle", [2.0, 3.0]],
+        "tf2": ["FunctionBundle", [2.0, 3.0]],
     }
     for found in (distributed, module):
         model_variables = {k: v for k, v in found["set"].items() if not k.startswith("Variable")}
@@ -179,8 +179,8 @@ def assert_keras_ways(ways: dict[str, Any], set_from_copies: dict[str, bool]) ->
     set from their copies or not, as given), answering as tf.saved_model.load."""
     assert set(ways) == set(set_from_copies), ways
     for way, answers in ways.items():
-        assert answers["session"][0] == "_SessionBundle", (way, answers)
-        assert answers["tf2"][0] == "_FunctionBundle", (way, answers)
+        assert answers["session"][0] == "SessionBundle", (way, answers)
+        assert answers["tf2"][0] == "FunctionBundle", (way, answers)
         assert answers["set_from_copies"] is set_from_copies[way], (way, answers)
         assert len(answers["session"][1]) == 6, (way, answers)
         assert answers["session"][1] == pytest.approx(answers["tf2"][1], rel=1e-5), (way, answers)
@@ -191,7 +191,7 @@ def test_multi_inference_is_one_session_run(containers: Containers, models: Path
     its signatures share runs once: counted/1's shared node adds 1 to `runs`
     per Session run that computes it. Classify then Regress make two runs."""
     result = check(containers, models, "multi")
-    assert result["bundle"] == "_SessionBundle", result
+    assert result["bundle"] == "SessionBundle", result
     assert result["results"] == [
         [[["pos", 1.5], ["neg", -1.5]], [["pos", -2.0], ["neg", 2.0]]],
         [1.5, -2.0],

@@ -64,7 +64,7 @@ def quick_run(quick_out: Path) -> dict[str, Any]:
 def test_calls_measure_both_paths_on_every_model(quick_run: dict[str, Any]) -> None:
     calls = quick_run["calls"]
     assert calls["bundles"] == {
-        model: ["_SessionBundle", "_FunctionBundle"] for model in session_call.MODELS
+        model: ["SessionBundle", "FunctionBundle"] for model in session_call.MODELS
     }
     assert set(calls["same_answers"]) == {
         f"{model} batch {batch}" for model in session_call.MODELS for batch in (1, 64)

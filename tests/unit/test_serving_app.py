@@ -9,18 +9,17 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit import example_protos
-from tf_entrypoint.serving.codec import examples as ex
+from tests.unit.fake_servable import FakeServable
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.lifecycle import Loader
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.main import build_core
@@ -42,78 +41,56 @@ def make_app(
     return create_app(build_core(conf, loader=loader, on_fatal=on_fatal), conf)
 
 
-class HalfPlusTwo:
+class HalfPlusTwo(FakeServable):
     """y = 0.5 x + 2, like the demo's SavedModel."""
 
     version = 1
-    warmup_records = 0
-    signature_def_map = b""
     signatures: Mapping[str, p.Signature] = {
         "serving_default": p.Signature({"x": F32}, {"y": F32}),
         "two_inputs": p.Signature({"x": F32, "scale": F32}, {"y": F32, "scaled": F32}),
         "broken": p.Signature({"x": F32}, {"y": F32}),
         "classify": p.Signature(
-            {"inputs": STR}, {"classes": STR_2D, "scores": F32_2D}, ex.CLASSIFY_METHOD
+            {"inputs": STR}, {"classes": STR_2D, "scores": F32_2D}, p.CLASSIFY_METHOD
         ),
-        "regress": p.Signature({"inputs": STR}, {"outputs": F32}, ex.REGRESS_METHOD),
+        "regress": p.Signature({"inputs": STR}, {"outputs": F32}, p.REGRESS_METHOD),
     }
 
-    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
-        if signature_name == "broken":
-            raise p.bad_request("the model says no")
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
+        if name == "broken":
+            raise invalid_argument("the model says no")
+        if name == "classify":
+            # Per example ("half", x / 2) and ("plus_two", x + 2), from float feature "x".
+            xs = [self._x(example) for example in inputs["inputs"].values]
+            shape = (len(xs), 2)
+            return {
+                "classes": p.Tensor("DT_STRING", shape, [b"half", b"plus_two"] * len(xs)),
+                "scores": p.Tensor("DT_FLOAT", shape, [v for x in xs for v in (0.5 * x, x + 2)]),
+            }
+        if name == "regress":  # 0.5 x + 2 per example
+            values = [0.5 * self._x(example) + 2 for example in inputs["inputs"].values]
+            return {"outputs": p.Tensor("DT_FLOAT", (len(values),), values)}
         x = inputs["x"]
         y = p.Tensor("DT_FLOAT", x.shape, [0.5 * v + 2 for v in x.values])
-        if signature_name == "two_inputs":
+        if name == "two_inputs":
             scale = inputs["scale"].values
             scaled = [a * b for a, b in zip(y.values, scale, strict=True)]
             return {"y": y, "scaled": p.Tensor("DT_FLOAT", x.shape, scaled)}
         return {"y": y}
 
-    def predict_protos(
-        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
-    ) -> tuple[str, dict[str, Any]]:
-        # TensorProtos need TensorFlow's protos, which the host has not: the
-        # container tests (tests/container/test_grpc.py) cover gRPC.
-        raise p.ApiError(501, "gRPC is not served by this fake")
-
-    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
-        """Per example ("half", x / 2) and ("plus_two", x + 2), from float feature "x"."""
-        name = ex.find_signature(signature_name, self.signatures)
-        ex.check_classification_signature(self.signatures[name], name)
-        ex.check_examples(examples)
-        xs = [self._x(example) for example in examples]
-        shape = (len(xs), 2)
-        classes = p.Tensor("DT_STRING", shape, [b"half", b"plus_two"] * len(xs))
-        scores = p.Tensor("DT_FLOAT", shape, [v for x in xs for v in (0.5 * x, x + 2)])
-        return ex.classification_result(len(xs), classes, scores)
-
-    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
-        """0.5 x + 2 per example."""
-        name = ex.find_signature(signature_name, self.signatures)
-        ex.check_regression_signature(self.signatures[name], name)
-        ex.check_examples(examples)
-        values = [0.5 * self._x(example) + 2 for example in examples]
-        return ex.regression_result(len(values), p.Tensor("DT_FLOAT", (len(values),), values))
-
-    def multi_inference(
-        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
-    ) -> list[ex.TaskResult]:
-        """The tasks one after the other, after MultiInference's checks."""
-        names = ex.check_tasks(tasks, self.signatures, {})
-        ex.check_examples(examples)
-        results: list[ex.TaskResult] = []
-        for task, name in zip(tasks, names, strict=True):
-            if task.method_name == ex.CLASSIFY_METHOD:
-                results.append(self.classify(name, examples))
-            else:
-                results.append(self.regress(name, examples))
-        return results
-
     @staticmethod
     def _x(serialized: bytes) -> float:
         kind, values = example_protos.features(serialized).get("x", (None, []))
         if kind != "float_list" or len(values) != 1:
-            raise p.bad_request("Feature: x (data type: float) is required but could not be found.")
+            raise invalid_argument(
+                "Feature: x (data type: float) is required but could not be found."
+            )
         x: float = values[0]
         return x
 
@@ -706,6 +683,8 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
 
     monkeypatch.setattr(server, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
     monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
+    frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
+    monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -717,4 +696,5 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     thread.join(120)  # at once, unless the server goes on without its model manager
     assert not thread.is_alive(), "the server kept running after its model manager failed"
     assert exits == [server.EXIT_FATAL]
+    assert frozen == [True]
     assert "the model manager thread failed: KeyError: 'a bug'; exiting" in caplog.text

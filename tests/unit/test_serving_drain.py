@@ -10,7 +10,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,17 @@ class Stuck(HalfPlusTwo):
         self.started = threading.Event()
         self.release = threading.Event()
 
-    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
         self.started.set()
         self.release.wait(30)
-        return super().predict(signature_name, inputs)
+        return super().run(name, inputs, outputs, batch=batch)
 
 
 def test_a_request_still_running_at_the_cut_off_is_answered_503_with_json(

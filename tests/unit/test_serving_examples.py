@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit import example_protos as ep
-from tf_entrypoint.serving.codec import examples as ex
-from tf_entrypoint.serving.core import limits
+from tf_entrypoint.serving.codec import example_proto, json_examples, json_values
+from tf_entrypoint.serving.core import inference, limits
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.rest.errors import http_status
 
 
@@ -35,18 +35,18 @@ def f32(value: float) -> float:
 LIMIT = 1 << 20
 
 
-def parse_body(body: bytes) -> ex.ExamplesRequest:
-    return ex.parse_examples_request(body, limit=LIMIT)
+def parse_body(body: bytes) -> json_examples.ExamplesRequest:
+    return json_examples.parse_examples_request(body, limit=LIMIT)
 
 
 def serialized(message: Any) -> list[bytes]:
-    return ex.serialized_examples(message, limit=LIMIT)
+    return example_proto.serialized_examples(message, limit=LIMIT)
 
 
 def raises(call: Any, *args: Any) -> str:
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         call(*args)
-    assert http_status(caught.value) == 400
+    assert caught.value.code == Code.INVALID_ARGUMENT
     return caught.value.message
 
 
@@ -54,7 +54,7 @@ def raises(call: Any, *args: Any) -> str:
 
 
 def test_json_values_become_typed_features() -> None:
-    serialized = ex.encode_example(
+    serialized = json_examples.encode_example(
         {
             "age": 42,
             "ids": [1, -3, 2**63 - 1, -(2**63)],
@@ -82,8 +82,8 @@ def test_json_values_become_typed_features() -> None:
 
 
 def test_an_empty_object_is_an_empty_example() -> None:
-    assert ex.encode_example({}) == b""
-    assert ep.features(ex.encode_example({})) == {}
+    assert json_examples.encode_example({}) == b""
+    assert ep.features(json_examples.encode_example({})) == {}
 
 
 _VALUE = st.one_of(
@@ -108,9 +108,9 @@ def test_any_json_example_decodes_to_its_values(document: dict[str, list[Any]]) 
     mixed = [name for name, values in document.items() if len({kind(v) for v in values}) > 1]
     body = json.loads(json.dumps(document))  # as the server sees it: ints stay ints
     if mixed:
-        assert "Unexpected element type in feature:" in raises(ex.encode_example, body)
+        assert "Unexpected element type in feature:" in raises(json_examples.encode_example, body)
         return
-    decoded = ep.features(ex.encode_example(body))
+    decoded = ep.features(json_examples.encode_example(body))
     assert set(decoded) == set(document)
     for name, values in document.items():
         want: list[Any] = []
@@ -140,7 +140,7 @@ def test_any_json_example_decodes_to_its_values(document: dict[str, list[Any]]) 
     ],
 )
 def test_bad_examples_get_tf_serving_errors(example: Any, message: str) -> None:
-    assert raises(ex.encode_example, example) == message
+    assert raises(json_examples.encode_example, example) == message
 
 
 # -- request bodies
@@ -214,7 +214,7 @@ def test_empty_inputs_give_no_examples_and_the_servable_says_so() -> None:
     message = ep.Input()
     message.example_list_with_context.context.CopyFrom(ep.example(y=1.0))
     assert serialized(message) == []
-    assert raises(ex.check_examples, []) == "Input is empty."
+    assert raises(inference.check_examples, []) == "Input is empty."
 
 
 # -- the bound on what a context multiplies
@@ -226,10 +226,10 @@ def test_a_context_copied_into_many_examples_is_refused_before_any_copy() -> Non
     body = json.dumps({"context": {"pad": context}, "examples": [{}] * 1000}).encode()
     assert len(body) < 20_000
     with pytest.raises(ServingError) as caught:
-        ex.parse_examples_request(body, limit=1_000_000)
+        json_examples.parse_examples_request(body, limit=1_000_000)
     err = caught.value
     assert (http_status(err), err.code.name) == (413, "RESOURCE_EXHAUSTED")
-    context_size = len(ex.encode_example({"pad": context}))
+    context_size = len(json_examples.encode_example({"pad": context}))
     assert err.message == (
         f"1000 examples with their context ({context_size} bytes) copied into each would "
         f"take {1000 * context_size} bytes, more than the limit of 1000000 bytes "
@@ -239,20 +239,20 @@ def test_a_context_copied_into_many_examples_is_refused_before_any_copy() -> Non
 
 
 def test_the_limit_counts_the_examples_and_the_copies_exactly() -> None:
-    context = ex.encode_example({"y": 0.5})
-    example = ex.encode_example({"x": 1.0})
+    context = json_examples.encode_example({"y": 0.5})
+    example = json_examples.encode_example({"x": 1.0})
     body = json.dumps({"context": {"y": 0.5}, "examples": [{"x": 1.0}] * 3}).encode()
     exact = 3 * (len(context) + len(example))
-    assert len(ex.parse_examples_request(body, limit=exact).examples) == 3
+    assert len(json_examples.parse_examples_request(body, limit=exact).examples) == 3
     with pytest.raises(ServingError, match=f"would take {exact} bytes"):
-        ex.parse_examples_request(body, limit=exact - 1)
+        json_examples.parse_examples_request(body, limit=exact - 1)
 
 
 def test_examples_without_context_have_the_limit_too() -> None:
     body = json.dumps({"examples": [{"x": [1.0] * 100}] * 10}).encode()
     with pytest.raises(ServingError) as caught:
-        ex.parse_examples_request(body, limit=1000)
-    size = 10 * len(ex.encode_example({"x": [1.0] * 100}))
+        json_examples.parse_examples_request(body, limit=1000)
+    size = 10 * len(json_examples.encode_example({"x": [1.0] * 100}))
     assert caught.value.message.startswith(f"10 examples would take {size} bytes, more than")
     assert "send fewer examples per request, or raise --max-body-bytes" in caught.value.message
 
@@ -265,10 +265,10 @@ def test_a_grpc_context_is_measured_before_it_is_copied() -> None:
         with_context.examples.add()
     context_size = with_context.context.ByteSize()
     with pytest.raises(ServingError) as caught:
-        ex.serialized_examples(message, limit=100 * context_size - 1)
+        example_proto.serialized_examples(message, limit=100 * context_size - 1)
     assert caught.value.code.name == "RESOURCE_EXHAUSTED"
     assert f"100 examples with their context ({context_size} bytes)" in caught.value.message
-    assert len(ex.serialized_examples(message, limit=100 * context_size)) == 100
+    assert len(example_proto.serialized_examples(message, limit=100 * context_size)) == 100
 
 
 def test_a_grpc_example_list_has_the_limit_too() -> None:
@@ -277,7 +277,7 @@ def test_a_grpc_example_list_has_the_limit_too() -> None:
     size = message.example_list.examples[0].ByteSize()
     assert serialized(message) == [message.example_list.examples[0].SerializeToString()]
     with pytest.raises(ServingError, match=f"1 example would take {size} bytes"):
-        ex.serialized_examples(message, limit=size - 1)
+        example_proto.serialized_examples(message, limit=size - 1)
 
 
 def test_the_expansion_limit_is_eight_times_the_body_limit() -> None:
@@ -292,8 +292,8 @@ F32 = p.TensorSpec("DT_FLOAT", (-1,))
 
 def test_signature_lookup() -> None:
     signatures = {"serving_default": p.Signature({"x": F32}, {"y": F32})}
-    assert ex.find_signature("", signatures) == "serving_default"
-    assert raises(ex.find_signature, "nope", signatures) == (
+    assert inference.find_signature("", signatures) == "serving_default"
+    assert raises(inference.find_signature, "nope", signatures) == (
         "No signature was found with the name: nope"
     )
 
@@ -316,7 +316,7 @@ def test_signature_lookup() -> None:
     ],
 )
 def test_classification_signature_checks(signature: p.Signature, message: str) -> None:
-    assert raises(ex.check_classification_signature, signature, "T") == message
+    assert raises(inference.check_classification_signature, signature, "T") == message
 
 
 @pytest.mark.parametrize(
@@ -335,20 +335,22 @@ def test_classification_signature_checks(signature: p.Signature, message: str) -
     ],
 )
 def test_regression_signature_checks(signature: p.Signature, message: str) -> None:
-    assert raises(ex.check_regression_signature, signature, "T") == message
+    assert raises(inference.check_regression_signature, signature, "T") == message
 
 
 def test_method_name_check_is_off_by_default_as_in_tf_serving() -> None:
     native = p.Signature({"inputs": STR}, {"outputs": F32}, p.PREDICT_METHOD)
-    ex.check_regression_signature(native, "T")  # TF2 exports say predict: accepted
-    assert raises(lambda: ex.check_regression_signature(native, "T", method_name_check=True)) == (
+    inference.check_regression_signature(native, "T")  # TF2 exports say predict: accepted
+    assert raises(
+        lambda: inference.check_regression_signature(native, "T", method_name_check=True)
+    ) == (
         "Expected regression signature method_name to be tensorflow/serving/regress. "
         "Was: tensorflow/serving/predict"
     )
     scores = p.Signature({"inputs": STR}, {"scores": F32}, p.PREDICT_METHOD)
-    ex.check_classification_signature(scores, "T")
+    inference.check_classification_signature(scores, "T")
     assert raises(
-        lambda: ex.check_classification_signature(scores, "T", method_name_check=True)
+        lambda: inference.check_classification_signature(scores, "T", method_name_check=True)
     ) == (
         "Expected classification signature method_name to be tensorflow/serving/classify. "
         "Was: tensorflow/serving/predict"
@@ -361,15 +363,15 @@ def test_method_name_check_is_off_by_default_as_in_tf_serving() -> None:
 def test_classification_result_pairs_labels_and_scores() -> None:
     classes = p.Tensor("DT_STRING", (2, 2), [b"a", b"b", b"c", b"d"])
     scores = p.Tensor("DT_FLOAT", (2, 2), [0.25, 0.75, 1.0, 0.0])
-    assert ex.classification_result(2, classes, scores) == [
+    assert inference.classification_result(2, classes, scores) == [
         [(b"a", 0.25), (b"b", 0.75)],
         [(b"c", 1.0), (b"d", 0.0)],
     ]
-    assert ex.classification_result(2, None, scores) == [
+    assert inference.classification_result(2, None, scores) == [
         [(b"", 0.25), (b"", 0.75)],
         [(b"", 1.0), (b"", 0.0)],
     ]
-    assert ex.classification_result(2, classes, None) == [
+    assert inference.classification_result(2, classes, None) == [
         [(b"a", 0.0), (b"b", 0.0)],
         [(b"c", 0.0), (b"d", 0.0)],
     ]
@@ -413,12 +415,12 @@ def test_classification_result_pairs_labels_and_scores() -> None:
 def test_classification_output_checks(
     classes: p.Tensor | None, scores: p.Tensor | None, message: str
 ) -> None:
-    assert raises(ex.classification_result, 2, classes, scores) == message
+    assert raises(inference.classification_result, 2, classes, scores) == message
 
 
 def test_regression_result() -> None:
-    assert ex.regression_result(2, p.Tensor("DT_FLOAT", (2,), [1.5, 2.5])) == [1.5, 2.5]
-    assert ex.regression_result(2, p.Tensor("DT_FLOAT", (2, 1), [1.5, 2.5])) == [1.5, 2.5]
+    assert inference.regression_result(2, p.Tensor("DT_FLOAT", (2,), [1.5, 2.5])) == [1.5, 2.5]
+    assert inference.regression_result(2, p.Tensor("DT_FLOAT", (2, 1), [1.5, 2.5])) == [1.5, 2.5]
 
 
 @pytest.mark.parametrize(
@@ -441,24 +443,35 @@ def test_regression_result() -> None:
     ],
 )
 def test_regression_output_checks(output: p.Tensor, message: str) -> None:
-    assert raises(ex.regression_result, 2, output) == message
+    assert raises(inference.regression_result, 2, output) == message
 
 
 def test_json_results_as_tf_serving_writes_them() -> None:
-    answer = ex.classify_json([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", math.nan)]])
+    answer = json_examples.classify_json([[(b"a", 0.5), (b"\xff", 1.0)], [(b"", math.nan)]])
     assert answer == b'{"results":[[["a",0.5],["\\ufffd",1.0]],[["",NaN]]]}'
-    assert p.encode(ex.regress_response([1.0, math.nan])) == b'{"results":[1.0,NaN]}'
-    assert raises(ex.classify_json, []) == "Cannot convert empty ClassificationResults to JSON"
-    assert raises(ex.regress_response, []) == "Cannot convert empty RegressionResults to JSON"
+    assert (
+        json_values.encode(json_examples.regress_response([1.0, math.nan]))
+        == b'{"results":[1.0,NaN]}'
+    )
+    assert (
+        raises(json_examples.classify_json, [])
+        == "Cannot convert empty ClassificationResults to JSON"
+    )
+    assert (
+        raises(json_examples.regress_response, [])
+        == "Cannot convert empty RegressionResults to JSON"
+    )
 
 
 def test_a_classification_is_written_a_chunk_at_a_time_and_consumed() -> None:
-    rows = 2 * ex.JSON_ROWS + 3
-    result: ex.Classifications = [[(b"sum", float(i)), (b"diff", -float(i))] for i in range(rows)]
-    expected = p.encode(
+    rows = 2 * json_examples.JSON_ROWS + 3
+    result: inference.Classifications = [
+        [(b"sum", float(i)), (b"diff", -float(i))] for i in range(rows)
+    ]
+    expected = json_values.encode(
         {"results": [[["sum", float(i)], ["diff", -float(i)]] for i in range(rows)]}
     )
-    assert ex.classify_json(result) == expected
+    assert json_examples.classify_json(result) == expected
     assert result == []
 
 
@@ -473,7 +486,7 @@ def test_tensorflow_error_message_keeps_the_kernel_message() -> None:
         "but could not be found.\n\t [[{{node ParseExample/ParseExampleV2}}]] "
         "[Op:__inference_pruned_131]"
     )
-    assert p.tensorflow_error_message(eager) == (
+    assert inference.tensorflow_error_message(eager) == (
         "Name: <unknown>, Feature: x (data type: float) is required but could not be found.\n"
         "\t [[{{node ParseExample/ParseExampleV2}}]]"
     )
@@ -482,8 +495,8 @@ def test_tensorflow_error_message_keeps_the_kernel_message() -> None:
         "at (most recent call last):\n<stack traces unavailable>\nIn[0] is not a matrix\n\t "
         "[[{{node StatefulPartitionedCall/dense/Add}}]] [Op:__inference_serving_default_76]"
     )
-    assert p.tensorflow_error_message(loaded) == (
+    assert inference.tensorflow_error_message(loaded) == (
         "In[0] is not a matrix\n\t [[{{node StatefulPartitionedCall/dense/Add}}]]"
     )
-    assert p.tensorflow_error_message("plain message") == "plain message"
-    assert p.tensorflow_error_message("x" * 50, limit=10) == "x" * 10
+    assert inference.tensorflow_error_message("plain message") == "plain message"
+    assert inference.tensorflow_error_message("x" * 50, limit=10) == "x" * 10

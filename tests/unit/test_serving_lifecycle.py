@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tf_entrypoint.serving.codec import examples as ex
+from tests.unit.fake_servable import FakeServable
 from tf_entrypoint.serving.config.model_config import (
     All,
     ConfigError,
@@ -40,7 +40,7 @@ from tf_entrypoint.serving.core.metrics import Metrics
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 
 
-class Fake:
+class Fake(FakeServable):
     """A servable that answers x + version."""
 
     signatures: Mapping[str, p.Signature] = {"serving_default": p.Signature({"x": F32}, {"y": F32})}
@@ -50,32 +50,16 @@ class Fake:
         self.version = version
         self.warmup_records = warmup_records
 
-    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
         x = inputs["x"]
         return {"y": p.Tensor("DT_FLOAT", x.shape, [v + self.version for v in x.values])}
-
-    def predict_protos(
-        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
-    ) -> tuple[str, dict[str, Any]]:
-        # TensorProtos need TensorFlow's protos, which the host has not: the
-        # container tests (tests/container/test_grpc.py) cover gRPC.
-        raise p.ApiError(501, "gRPC is not served by this fake")
-
-    def classify(self, signature_name: str, examples: Sequence[bytes]) -> ex.Classifications:
-        return [[(b"version", float(self.version))] for _ in examples]
-
-    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
-        return [float(self.version)] * len(examples)
-
-    def multi_inference(
-        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
-    ) -> list[ex.TaskResult]:
-        return [
-            self.classify(t.signature_name, examples)
-            if t.method_name == ex.CLASSIFY_METHOD
-            else self.regress(t.signature_name, examples)
-            for t in tasks
-        ]
 
 
 class Loader:
@@ -489,8 +473,8 @@ def test_swaps_under_concurrent_requests_never_fail_a_request(tmp_path: Path, ke
                                 retired_in_use[0] += 1
                     if version.servable is not servable:  # unloaded while in use
                         failures.append(f"version {version.number} unloaded during a request")
-                    result = servable.predict(
-                        "serving_default", {"x": p.Tensor("DT_FLOAT", (1,), [0.0])}
+                    result = servable.run(
+                        "serving_default", {"x": p.Tensor("DT_FLOAT", (1,), [0.0])}, ["y"]
                     )
                     with lock:
                         answers[int(result["y"].values[0])] += 1

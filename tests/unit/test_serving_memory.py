@@ -26,6 +26,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tf_entrypoint.serving.codec import json_tensor, json_values
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
@@ -134,7 +135,7 @@ def test_without_httptools_h11_bounds_the_head_to_the_same_size() -> None:
     ],
 )  # fmt: skip
 def test_request_numbers_are_parsed_into_compact_arrays(dtype: str, code: str, value: Any) -> None:
-    tensor = p.to_tensor([[value, value]], p.TensorSpec(dtype, (-1, 2)))
+    tensor = json_tensor.to_tensor([[value, value]], p.TensorSpec(dtype, (-1, 2)))
     assert isinstance(tensor.values, array.array)
     assert tensor.values.typecode == code
     assert tensor.values.tolist() == [value, value]
@@ -142,7 +143,7 @@ def test_request_numbers_are_parsed_into_compact_arrays(dtype: str, code: str, v
 
 def test_strings_and_half_floats_stay_lists() -> None:
     for dtype in ("DT_STRING", "DT_HALF", "DT_BFLOAT16"):
-        assert isinstance(p.new_values(dtype), list)
+        assert isinstance(json_tensor.new_values(dtype), list)
 
 
 def test_values_list_takes_tolist_when_there_is_one() -> None:
@@ -191,8 +192,8 @@ def test_parsing_a_body_stays_within_the_documented_factor(unit: bytes) -> None:
     tracemalloc.start()
     try:
         # a shape or type the signature refuses: the document was built all the same
-        with contextlib.suppress(p.ApiError, ServingError):  # either, until ApiError goes
-            p.parse_predict_request(p.parse_json_object(body), signature)
+        with contextlib.suppress(ServingError):
+            json_tensor.parse_predict_request(json_values.parse_json_object(body), signature)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -202,7 +203,7 @@ def test_parsing_a_body_stays_within_the_documented_factor(unit: bytes) -> None:
 def test_flat_numbers_for_a_float_input_take_four_bytes_each_once_parsed() -> None:
     body = _body(b"0")
     signature = {"serving_default": p.Signature({"x": p.TensorSpec("DT_FLOAT", (-1,))}, {})}
-    request = p.parse_predict_request(p.parse_json_object(body), signature)
+    request = json_tensor.parse_predict_request(json_values.parse_json_object(body), signature)
     (tensor,) = request.inputs.values()
     assert isinstance(tensor.values, array.array)
     assert tensor.values.itemsize * len(tensor.values) < len(body) * 2 + 1
@@ -347,7 +348,7 @@ def test_with_batching_at_most_workers_requests_parse_at_once(
     state: ServingCore = application.state.serving
     state.limits = limits.RequestLimits(conf.max_body_bytes, slots)
     parsing, most, lock, go = [0], [0], threading.Lock(), threading.Event()
-    parse = p.parse_json_object
+    parse = json_values.parse_json_object
 
     def counted(body: bytes) -> dict[str, Any]:
         with lock:
@@ -360,7 +361,7 @@ def test_with_batching_at_most_workers_requests_parse_at_once(
             with lock:
                 parsing[0] -= 1
 
-    monkeypatch.setattr(p, "parse_json_object", counted)
+    monkeypatch.setattr(json_values, "parse_json_object", counted)
     with TestClient(application) as client, ThreadPoolExecutor(4) as pool:
         wait_ready(client)
         futures = [

@@ -6,14 +6,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.codec import example_proto
+from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.rest.errors import HTTP_STATUS
 
 EXAMPLES = p.TensorSpec("DT_STRING", (-1,), "tf_example:0")
 SCORES = p.TensorSpec("DT_FLOAT", (-1, 1), "y:0")
 SIGNATURES = {
-    "classify_x_to_y": p.Signature({"inputs": EXAMPLES}, {"scores": SCORES}, ex.CLASSIFY_METHOD),
-    "regress_x_to_y": p.Signature({"inputs": EXAMPLES}, {"outputs": SCORES}, ex.REGRESS_METHOD),
+    "classify_x_to_y": p.Signature({"inputs": EXAMPLES}, {"scores": SCORES}, p.CLASSIFY_METHOD),
+    "regress_x_to_y": p.Signature({"inputs": EXAMPLES}, {"outputs": SCORES}, p.REGRESS_METHOD),
     # TF2 exports: every signature says predict.
     "regress_tf2": p.Signature({"inputs": EXAMPLES}, {"outputs": SCORES}, p.PREDICT_METHOD),
     "serving_default": p.Signature(
@@ -21,21 +24,22 @@ SIGNATURES = {
     ),
 }
 TEXTS = {name: f"<SignatureDef {name}>" for name in SIGNATURES}
-CLASSIFY, REGRESS = ex.CLASSIFY_METHOD, ex.REGRESS_METHOD
+CLASSIFY, REGRESS = p.CLASSIFY_METHOD, p.REGRESS_METHOD
 
 
-def task(signature: str, method: str = REGRESS, model: str = "m") -> ex.Task:
-    return ex.Task(model, signature, method)
+def task(signature: str, method: str = REGRESS, model: str = "m") -> inference.Task:
+    return inference.Task(model, signature, method)
 
 
-def check(*tasks: ex.Task, method_name_check: bool = False) -> list[str]:
-    return ex.check_tasks(tasks, SIGNATURES, TEXTS, method_name_check=method_name_check)
+def check(*tasks: inference.Task, method_name_check: bool = False) -> list[str]:
+    return inference.check_tasks(tasks, SIGNATURES, TEXTS, method_name_check=method_name_check)
 
 
-def refused(*tasks: ex.Task, method_name_check: bool = False) -> tuple[int, str, str]:
-    with pytest.raises(p.ApiError) as caught:
+def refused(*tasks: inference.Task, method_name_check: bool = False) -> tuple[int, str, str]:
+    with pytest.raises(ServingError) as caught:
         check(*tasks, method_name_check=method_name_check)
-    return caught.value.status, caught.value.code, caught.value.message
+    err = caught.value
+    return HTTP_STATUS[err.code], err.code.name, err.message  # REST's status for the code
 
 
 def test_tasks_name_their_signatures() -> None:
@@ -105,7 +109,7 @@ def test_an_empty_signature_name_is_serving_default() -> None:
     ],
 )
 def test_tf_servings_messages_and_codes(
-    tasks: list[ex.Task], expected: tuple[int, str, str]
+    tasks: list[inference.Task], expected: tuple[int, str, str]
 ) -> None:
     assert refused(*tasks) == expected
 
@@ -144,4 +148,7 @@ def test_tasks_of_a_request() -> None:
             ),
         ]
     )
-    assert ex.tasks_of(request) == [ex.Task("m", "", CLASSIFY), ex.Task("m", "r", REGRESS)]
+    assert example_proto.tasks_of(request) == [
+        inference.Task("m", "", CLASSIFY),
+        inference.Task("m", "r", REGRESS),
+    ]

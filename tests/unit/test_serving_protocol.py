@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tf_entrypoint.serving.codec import json_tensor, json_values
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,), "serving_default_x:0")
 HALF_PLUS_TWO = p.Signature(inputs={"x": F32}, outputs={"y": p.TensorSpec("DT_FLOAT", (-1,))})
@@ -22,7 +24,7 @@ TWO_INPUTS = p.Signature(
 MATRIX = p.Signature(inputs={"m": p.TensorSpec("DT_FLOAT", (-1, 2))}, outputs={})
 #: One instance nested 33 lists deep: one more than MAX_RANK.
 DEEP: Any = 1.0
-for _ in range(p.MAX_RANK + 1):
+for _ in range(json_values.MAX_RANK + 1):
     DEEP = [DEEP]
 SIGNATURES = {"serving_default": HALF_PLUS_TWO, "two_inputs": TWO_INPUTS, "matrix": MATRIX}
 
@@ -32,15 +34,15 @@ def f32(shape: tuple[int, ...], values: list[float]) -> p.Tensor:
     return p.Tensor("DT_FLOAT", shape, array.array("f", values))
 
 
-def parse(document: dict[str, Any]) -> p.PredictRequest:
-    return p.parse_predict_request(document, SIGNATURES)
+def parse(document: dict[str, Any]) -> json_tensor.PredictRequest:
+    return json_tensor.parse_predict_request(document, SIGNATURES)
 
 
-def error(document: dict[str, Any] | bytes) -> p.ApiError:
+def error(document: dict[str, Any] | bytes) -> ServingError:
     def attempt() -> None:
-        parse(p.parse_json_object(document) if isinstance(document, bytes) else document)
+        parse(json_values.parse_json_object(document) if isinstance(document, bytes) else document)
 
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         attempt()
     return caught.value
 
@@ -50,7 +52,9 @@ def error(document: dict[str, Any] | bytes) -> p.ApiError:
 
 def test_row_format_single_input() -> None:
     request = parse({"instances": [1.0, 2.0]})
-    assert request == p.PredictRequest("serving_default", "row", {"x": f32((2,), [1.0, 2.0])})
+    assert request == json_tensor.PredictRequest(
+        "serving_default", "row", {"x": f32((2,), [1.0, 2.0])}
+    )
 
 
 def test_integers_are_accepted_for_floats() -> None:
@@ -104,7 +108,9 @@ def test_shapes_are_not_checked_against_the_signature(
 
 
 def test_nan_and_infinity_are_numbers() -> None:
-    values = parse(p.parse_json_object(b'{"instances": [NaN, Infinity, -Infinity]}')).inputs["x"]
+    values = parse(
+        json_values.parse_json_object(b'{"instances": [NaN, Infinity, -Infinity]}')
+    ).inputs["x"]
     assert math.isnan(values.values[0])
     assert list(values.values[1:]) == [math.inf, -math.inf]
 
@@ -123,7 +129,7 @@ def test_nan_and_infinity_are_numbers() -> None:
 )
 def test_malformed_json(body: bytes, message: str) -> None:
     err = error(body)
-    assert err.status == 400
+    assert err.code == Code.INVALID_ARGUMENT
     assert err.message.startswith(message)
 
 
@@ -176,7 +182,7 @@ def test_malformed_json(body: bytes, message: str) -> None:
 )
 def test_bad_requests_are_400(document: dict[str, Any], message: str) -> None:
     err = error(document)
-    assert err.status == 400
+    assert err.code == Code.INVALID_ARGUMENT
     assert message in err.message
 
 
@@ -203,16 +209,19 @@ def test_error_messages_quote_at_most_a_few_hundred_characters() -> None:
 def test_dtypes(dtype: str, good: list[Any], bad: list[Any]) -> None:
     spec = p.TensorSpec(dtype, None)
     for value in good:
-        p.to_tensor(value, spec)
+        json_tensor.to_tensor(value, spec)
     for value in bad:
-        with pytest.raises(p.ApiError) as caught:
-            p.to_tensor(value, spec)
-        assert caught.value.status == 400, value
+        with pytest.raises(ServingError) as caught:
+            json_tensor.to_tensor(value, spec)
+        assert caught.value.code == Code.INVALID_ARGUMENT, value
 
 
 def test_strings_become_bytes() -> None:
     spec = p.TensorSpec("DT_STRING", (-1,))
-    assert p.to_tensor(["héllo", {"b64": "aGk="}], spec).values == [b"h\xc3\xa9llo", b"hi"]
+    assert json_tensor.to_tensor(["héllo", {"b64": "aGk="}], spec).values == [
+        b"h\xc3\xa9llo",
+        b"hi",
+    ]
 
 
 # -- answers
@@ -220,8 +229,8 @@ def test_strings_become_bytes() -> None:
 
 def test_single_output_row_format_is_a_flat_list() -> None:
     outputs = {"y": f32((2,), [2.5, 3.0])}
-    assert p.predict_response("row", outputs) == {"predictions": [2.5, 3.0]}
-    assert p.predict_response("columnar", outputs) == {"outputs": [2.5, 3.0]}
+    assert json_tensor.predict_response("row", outputs) == {"predictions": [2.5, 3.0]}
+    assert json_tensor.predict_response("columnar", outputs) == {"outputs": [2.5, 3.0]}
 
 
 def test_multiple_outputs() -> None:
@@ -229,21 +238,21 @@ def test_multiple_outputs() -> None:
         "y": f32((2,), [2.5, 3.0]),
         "scaled": f32((2,), [5.0, 12.0]),
     }
-    assert p.predict_response("row", outputs) == {
+    assert json_tensor.predict_response("row", outputs) == {
         "predictions": [{"scaled": 5.0, "y": 2.5}, {"scaled": 12.0, "y": 3.0}]
     }
-    assert p.predict_response("columnar", outputs) == {
+    assert json_tensor.predict_response("columnar", outputs) == {
         "outputs": {"scaled": [5.0, 12.0], "y": [2.5, 3.0]}
     }
 
 
 def test_row_format_needs_a_common_batch_size() -> None:
     outputs = {"a": f32((2,), [1.0, 2.0]), "b": f32((1,), [1.0])}
-    with pytest.raises(p.ApiError, match="inconsistent batch size"):
-        p.predict_response("row", outputs)
-    with pytest.raises(p.ApiError, match="no shape information"):
-        p.predict_response("row", {"a": f32((), [1.0])})
-    assert p.predict_response("columnar", {"a": f32((), [1.0])}) == {"outputs": 1.0}
+    with pytest.raises(ServingError, match="inconsistent batch size"):
+        json_tensor.predict_response("row", outputs)
+    with pytest.raises(ServingError, match="no shape information"):
+        json_tensor.predict_response("row", {"a": f32((), [1.0])})
+    assert json_tensor.predict_response("columnar", {"a": f32((), [1.0])}) == {"outputs": 1.0}
 
 
 def test_string_outputs() -> None:
@@ -251,28 +260,30 @@ def test_string_outputs() -> None:
         "text": p.Tensor("DT_STRING", (2,), [b"caf\xc3\xa9", b"\xff"]),
         "raw_bytes": p.Tensor("DT_STRING", (1,), [b"hi"]),
     }
-    assert p.predict_response("columnar", outputs) == {
+    assert json_tensor.predict_response("columnar", outputs) == {
         "outputs": {"raw_bytes": [{"b64": "aGk="}], "text": ["café", {"b64": "/w=="}]}
     }
 
 
 def test_nan_is_written_as_tf_serving_does() -> None:
-    body = p.encode(p.predict_response("row", {"y": f32((2,), [math.nan, 1.0])}))
+    body = json_values.encode(
+        json_tensor.predict_response("row", {"y": f32((2,), [math.nan, 1.0])})
+    )
     assert body == b'{"predictions":[NaN,1.0]}'
 
 
 @given(st.lists(st.integers(min_value=1, max_value=3), max_size=4))
 def test_nest_and_flatten_round_trip(shape: list[int]) -> None:
     values = list(range(math.prod(shape)))
-    tensor = p.to_tensor(p.nest(values, shape), p.TensorSpec("DT_INT64", None))
+    tensor = json_tensor.to_tensor(json_tensor.nest(values, shape), p.TensorSpec("DT_INT64", None))
     assert tensor.shape == tuple(shape)
     assert tensor.values == array.array("q", values)
 
 
 def test_nest_with_empty_dimensions() -> None:
-    assert p.nest([], (2, 0)) == [[], []]
-    assert p.nest([], (0, 3)) == []
-    assert p.nest([5], ()) == 5
+    assert json_tensor.nest([], (2, 0)) == [[], []]
+    assert json_tensor.nest([], (0, 3)) == []
+    assert json_tensor.nest([5], ()) == 5
 
 
 def test_status_and_metadata_bodies() -> None:
@@ -325,18 +336,20 @@ def _outputs(draw: st.DrawFn) -> dict[str, p.Tensor]:
 
 @given(_outputs(), st.sampled_from(["row", "columnar"]), st.integers(min_value=1, max_value=5))
 def test_an_answer_written_in_chunks_is_the_whole_answer(
-    outputs: dict[str, p.Tensor], request_format: p.RequestFormat, chunk: int
+    outputs: dict[str, p.Tensor], request_format: json_tensor.RequestFormat, chunk: int
 ) -> None:
     def outcome(write: Callable[[], bytes]) -> bytes | tuple[int, str]:
         try:
             return write()
-        except p.ApiError as err:  # the same checks, the same errors
-            return err.status, err.message
+        except ServingError as err:  # the same checks, the same errors
+            return err.code, err.message
 
-    saved = p.JSON_VALUES
-    p.JSON_VALUES = chunk  # rows of a few values at a time
+    saved = json_tensor.JSON_VALUES
+    json_tensor.JSON_VALUES = chunk  # rows of a few values at a time
     try:
-        expected = outcome(lambda: p.encode(p.predict_response(request_format, outputs)))
-        assert outcome(lambda: p.predict_json(request_format, outputs)) == expected
+        expected = outcome(
+            lambda: json_values.encode(json_tensor.predict_response(request_format, outputs))
+        )
+        assert outcome(lambda: json_tensor.predict_json(request_format, outputs)) == expected
     finally:
-        p.JSON_VALUES = saved
+        json_tensor.JSON_VALUES = saved

@@ -21,12 +21,12 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.codec.metadata import rest_body as rest_metadata
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
@@ -38,6 +38,7 @@ from tf_entrypoint.serving.config.model_config import (
 )
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.servable import Servable
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -50,76 +51,6 @@ END = "END"
 END_HISTORY = 20
 #: Longest the control thread sleeps before it looks at its stop event again.
 _WAKE_EVERY = 0.25
-
-
-class Servable(Protocol):
-    """One loaded version of a model."""
-
-    @property
-    def version(self) -> int: ...
-
-    @property
-    def signatures(self) -> Mapping[str, p.Signature]: ...
-
-    @property
-    def signature_def_map(self) -> bytes:
-        """The SavedModel's SignatureDefs as they are, a serialized
-        tensorflow.serving.SignatureDefMap (GetModelMetadata's answer, metadata.py);
-        b"": none, the metadata is written from `signatures`."""
-        ...
-
-    @property
-    def warmup_records(self) -> int:
-        """Warm-up requests replayed before it became available."""
-        ...
-
-    def predict(self, signature_name: str, inputs: Mapping[str, p.Tensor]) -> dict[str, p.Tensor]:
-        """Run a signature. Raises ApiError for input the model rejects."""
-        ...
-
-    def predict_protos(
-        self, signature_name: str, inputs: Mapping[str, Any], output_filter: Sequence[str]
-    ) -> tuple[str, dict[str, Any]]:
-        """gRPC's Predict: TensorProtos in, (signature name used, TensorProtos out).
-
-        Checks and messages are TF Serving's (predict_util.cc); raises ApiError.
-        """
-        ...
-
-    def classify(
-        self, signature_name: str, examples: Sequence[bytes]
-    ) -> list[list[tuple[bytes, float]]]:
-        """Run a classification signature on serialized tf.Example protos (TF Serving's Classify).
-
-        `signature_name` "" means serving_default. Per example, its (class
-        label, score) pairs: label b"" when the signature has no "classes"
-        output, score 0.0 when it has no "scores". Raises ApiError with TF
-        Serving's message (400 INVALID_ARGUMENT) for a signature that cannot
-        classify, no examples ("Input is empty."), an example the model
-        cannot parse, or outputs of the wrong dtype or shape.
-        """
-        ...
-
-    def regress(self, signature_name: str, examples: Sequence[bytes]) -> list[float]:
-        """Run a regression signature on serialized tf.Example protos (TF Serving's Regress).
-
-        One value per example; errors as :meth:`classify`.
-        """
-        ...
-
-    def multi_inference(
-        self, tasks: Sequence[ex.Task], examples: Sequence[bytes]
-    ) -> list[ex.TaskResult]:
-        """Run classify and regress tasks on one batch of serialized tf.Example protos
-        (TF Serving's MultiInference): one result per task, in order.
-
-        Checks first, as TF Serving does (examples.check_tasks, then "Input is
-        empty."); then the tasks' signatures run on the shared examples, in one
-        call where the servable can (TF Serving runs them in one Session::Run);
-        then each task's outputs are checked as Classify's and Regress's are.
-        Raises ApiError with TF Serving's messages.
-        """
-        ...
 
 
 #: Loads one version directory (and warms it up).
@@ -543,7 +474,7 @@ class Manager:
         started = time.monotonic()
         try:
             servable = self._loader(version.path, version.number)
-            metadata = p.encode(rest_metadata(name, version.number, servable))
+            metadata = encode(rest_metadata(name, version.number, servable))
         except Exception as err:
             seconds = time.monotonic() - started
             log.debug("loading %s failed", version.path, exc_info=True)

@@ -30,7 +30,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tf_entrypoint.serving.codec import metadata
+from tf_entrypoint.serving.codec import example_proto, metadata, tensor_proto
+from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
 from tf_entrypoint.serving.core.errors import invalid_argument
@@ -99,14 +100,16 @@ class PredictionService:
         with self.h.manager.lease(route) as version:
             servable = _servable(version)
             started = time.perf_counter()
-            name, outputs = servable.predict_protos(
-                request.model_spec.signature_name, request.inputs, list(request.output_filter)
+            inputs = tensor_proto.ProtoInputs(request.inputs, self.h.state.limits.expansion)
+            name, outputs = inference.predict(
+                servable, request.model_spec.signature_name, inputs, list(request.output_filter)
             )
+            protos = {alias: tensor_proto.as_proto_field(alias, t) for alias, t in outputs.items()}
             self.h.observe_inference("Predict", route, time.perf_counter() - started)
             response = predict_pb2.PredictResponse()
             _model_spec(response.model_spec, route.model, version.number, name)
-            for alias, tensor in outputs.items():
-                response.outputs[alias].CopyFrom(tensor)
+            for alias, proto in protos.items():
+                response.outputs[alias].CopyFrom(proto)
         return response
 
     async def GetModelMetadata(self, request: Any, context: Context) -> Any:
@@ -163,9 +166,7 @@ class PredictionService:
 
     def _run_examples(self, kind: p.Kind, route: p.Route, request: Any) -> Any:
         """On a worker: Classify or Regress on the request's tf.Examples."""
-        from tf_entrypoint.serving.codec import examples  # noqa: PLC0415
-
-        serialized = examples.serialized_examples(
+        serialized = example_proto.serialized_examples(
             request.input, limit=self.h.state.limits.expansion
         )
         name = request.model_spec.signature_name or p.DEFAULT_SIGNATURE
@@ -173,11 +174,11 @@ class PredictionService:
             servable = _servable(version)
             started = time.perf_counter()
             if kind == "classify":
-                classes = servable.classify(name, serialized)
+                classes = inference.classify(servable, name, serialized)
                 response = classification_pb2.ClassificationResponse()
                 _classifications(response.result, classes)
             else:
-                values = servable.regress(name, serialized)
+                values = inference.regress(servable, name, serialized)
                 response = regression_pb2.RegressionResponse()
                 for value in values:
                     response.result.regressions.add(value=value)
@@ -203,15 +204,13 @@ class PredictionService:
 
     def _multi_inference(self, route: p.Route, request: Any) -> Any:
         """On a worker: every task on the request's examples, one result per task."""
-        from tf_entrypoint.serving.codec import examples  # noqa: PLC0415
-
-        serialized = examples.serialized_examples(
+        serialized = example_proto.serialized_examples(
             request.input, limit=self.h.state.limits.expansion
         )
-        tasks = examples.tasks_of(request)
+        tasks = example_proto.tasks_of(request)
         with self.h.manager.lease(route) as version:
             started = time.perf_counter()
-            results = _servable(version).multi_inference(tasks, serialized)
+            results = inference.multi_inference(_servable(version), tasks, serialized)
             model = self.h.state.model_label(route)
             self.h.metrics.inference.labels(model).observe(time.perf_counter() - started)
             self.h.metrics.examples_counted(model, len(serialized))
@@ -220,7 +219,7 @@ class PredictionService:
                 entry = response.results.add()
                 name = task.signature_name or p.DEFAULT_SIGNATURE
                 _model_spec(entry.model_spec, task.model, version.number, name)
-                if task.method_name == examples.CLASSIFY_METHOD:
+                if task.method_name == p.CLASSIFY_METHOD:
                     _classifications(entry.classification_result, cast("Classes", result))
                 else:
                     for value in cast("list[float]", result):

@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 
@@ -55,7 +56,7 @@ class Answer:
 
 
 def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Answer:
-    return Answer(status, p.encode(body), headers or {})
+    return Answer(status, encode(body), headers or {})
 
 
 def http_status(err: ServingError | p.ApiError) -> int:
@@ -84,7 +85,7 @@ def code_name(err: ServingError | p.ApiError) -> str:
 
 def error_answer(err: ServingError | p.ApiError) -> Answer:
     """An error as TF Serving's JSON answer, with its status, headers and code."""
-    body = p.encode(p.error_body(err.message))
+    body = encode(p.error_body(err.message))
     return Answer(http_status(err), body, error_headers(err), code_name(err))
 
 

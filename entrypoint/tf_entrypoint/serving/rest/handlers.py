@@ -20,11 +20,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from tf_entrypoint.serving.codec import examples as ex
+from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
 from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import invalid_argument
+from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.lifecycle import Manager
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.serving_core import ServingCore
@@ -98,17 +100,17 @@ def predict(
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
             with limits.slot():
-                request = p.parse_predict_request(
-                    p.parse_json_object(body.take()), servable.signatures
+                request = json_tensor.parse_predict_request(
+                    json_values.parse_json_object(body.take()), servable.signatures
                 )
             name, request_format, inputs = request.signature_name, request.format, request.inputs
             del request
             started = time.perf_counter()
-            outputs = servable.predict(name, inputs)
+            name, outputs = core_inference.predict(servable, name, Decoded(inputs), rest=True)
             observe_inference(time.perf_counter() - started)
             del inputs
         with limits.slot():
-            return Answer(200, p.predict_json(request_format, outputs), {})
+            return Answer(200, json_tensor.predict_json(request_format, outputs), {})
     except ERRORS as err:
         return error_answer(err)
 
@@ -129,21 +131,23 @@ def classify_or_regress(
         if route.kind not in ("classify", "regress"):
             raise invalid_argument(f"{route.kind} is not a classify or regress request")
         with limits.slot():
-            request = ex.parse_examples_request(body.take(), limit=limits.expansion)
+            request = json_examples.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
             started = time.perf_counter()
             if route.kind == "classify":
-                classes = servable.classify(request.signature_name, request.examples)
+                classes = core_inference.classify(
+                    servable, request.signature_name, request.examples
+                )
             else:
-                values = servable.regress(request.signature_name, request.examples)
+                values = core_inference.regress(servable, request.signature_name, request.examples)
             observe_inference(time.perf_counter() - started)
         del request
         with limits.slot():
             if route.kind == "classify":
-                return Answer(200, ex.classify_json(classes), {})
-            return answer(200, ex.regress_response(values))
+                return Answer(200, json_examples.classify_json(classes), {})
+            return answer(200, json_examples.regress_response(values))
     except ERRORS as err:
         return error_answer(err)
 

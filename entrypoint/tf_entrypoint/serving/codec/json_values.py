@@ -1,0 +1,195 @@
+"""The JSON leaf rules both JSON codecs share (json_tensor.py, json_examples.py).
+
+A JSON value checked against a TensorFlow dtype (ranges, loss of precision,
+base64, UTF-8), as TF Serving's json_tensor.cc checks it, with its messages;
+rapidjson's type names; the body as a JSON object; JSON bytes written as TF
+Serving writes them. Every error is a :class:`ServingError` INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from typing import Any
+
+from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
+from tf_entrypoint.serving.core.types import quote
+
+#: Deeper nesting than this is rejected before any work (TensorFlow allows 254
+#: dimensions; no JSON client sends more than a handful).
+MAX_RANK = 32
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object (NaN and Infinity accepted, as TF Serving does)."""
+    if not body.strip():
+        raise invalid_argument("JSON Parse error: The document is empty")
+    try:
+        document = json.loads(body)
+    except json.JSONDecodeError as err:
+        raise invalid_argument(f"JSON Parse error: {err.msg} at offset: {err.pos}") from None
+    except RecursionError:
+        raise invalid_argument("JSON Parse error: the document is nested too deeply") from None
+    except ValueError as err:  # bad UTF-8, an integer with thousands of digits
+        raise invalid_argument(f"JSON Parse error: {err}") from None
+    if not isinstance(document, dict):
+        raise invalid_argument(f"JSON Value: {quote(document)} Is not object")
+    return document
+
+
+def utf8(text: str) -> bytes:
+    """A JSON string as UTF-8 (a lone surrogate is refused)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid_argument(
+            f"JSON Value: {quote(text)} is not valid Unicode (lone surrogate)"
+        ) from None
+
+
+def b64(text: str) -> bytes:
+    """``{"b64": text}``'s bytes."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_argument("Unable to base64 decode") from None
+
+
+def is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
+
+
+def is_named_object(value: Any) -> bool:
+    return isinstance(value, dict) and not is_b64(value)
+
+
+def json_type(value: Any) -> str:
+    """rapidjson's name for a JSON value's type, as TF Serving's messages use it."""
+    if value is None or isinstance(value, bool):
+        return {None: "Null", True: "True", False: "False"}[value]
+    if isinstance(value, (int, float)):
+        return "Number"
+    if isinstance(value, str):
+        return "String"
+    return "Array" if isinstance(value, list) else "Object"
+
+
+class Converter:
+    """Checks one JSON leaf against a dtype and returns the value to store."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def __call__(self, value: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def type_error(self, value: Any) -> ServingError:
+        return invalid_argument(
+            f"JSON Value: {quote(value)} Type: {json_type(value)} is not of expected type: "
+            f"{self.type_name}"
+        )
+
+
+class _Float(Converter):
+    def __init__(self, type_name: str, max_value: float, max_exact_int: int) -> None:
+        super().__init__(type_name)
+        self.max_value = max_value
+        self.max_exact_int = max_exact_int
+
+    def __call__(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is float:
+            if math.isfinite(value) and abs(value) > self.max_value:
+                raise self.lossy(value)
+            return value
+        if kind is int:
+            if abs(value) > self.max_exact_int:
+                raise self.lossy(value)
+            return float(value)
+        raise self.type_error(value)
+
+    def lossy(self, value: Any) -> ServingError:
+        return invalid_argument(
+            f"Cannot convert JSON value: {quote(value)} to {self.type_name} without loss of "
+            "precision."
+        )
+
+
+class _Int(Converter):
+    def __init__(self, type_name: str, low: int, high: int) -> None:
+        super().__init__(type_name)
+        self.low = low
+        self.high = high
+
+    def __call__(self, value: Any) -> Any:
+        if type(value) is not int:
+            raise self.type_error(value)
+        if not self.low <= value <= self.high:
+            raise invalid_argument(
+                f"JSON Value: {quote(value)} is out of range for type {self.type_name} "
+                f"[{self.low}, {self.high}]"
+            )
+        return value
+
+
+class _Bool(Converter):
+    def __call__(self, value: Any) -> Any:
+        if type(value) is not bool:
+            raise self.type_error(value)
+        return value
+
+
+class _String(Converter):
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return utf8(value)
+        if isinstance(value, dict):
+            if not is_b64(value):
+                raise invalid_argument(
+                    f"JSON Value: {quote(value)} not formatted correctly for base64 data"
+                )
+            return b64(value["b64"])
+        raise self.type_error(value)
+
+
+class _Unsupported(Converter):
+    def __call__(self, value: Any) -> Any:
+        raise invalid_argument(
+            f"Conversion of JSON Value: {quote(value)} to type: {self.type_name}"
+        )
+
+
+_FLOAT32_MAX = 3.4028234663852886e38
+_CONVERTERS: dict[str, Converter] = {
+    "DT_FLOAT": _Float("float", _FLOAT32_MAX, 2**24 - 1),
+    "DT_DOUBLE": _Float("double", math.inf, 2**53 - 1),
+    "DT_HALF": _Float("half", 65504.0, 2**11),
+    "DT_BFLOAT16": _Float("bfloat16", _FLOAT32_MAX, 2**8),
+    "DT_INT8": _Int("int8", -(2**7), 2**7 - 1),
+    "DT_INT16": _Int("int16", -(2**15), 2**15 - 1),
+    "DT_INT32": _Int("int32", -(2**31), 2**31 - 1),
+    "DT_INT64": _Int("int64", -(2**63), 2**63 - 1),
+    "DT_UINT8": _Int("uint8", 0, 2**8 - 1),
+    "DT_UINT16": _Int("uint16", 0, 2**16 - 1),
+    "DT_UINT32": _Int("uint32", 0, 2**32 - 1),
+    "DT_UINT64": _Int("uint64", 0, 2**64 - 1),
+    "DT_BOOL": _Bool("bool"),
+    "DT_STRING": _String("string"),
+}
+
+
+def converter(dtype: str) -> Converter:
+    found = _CONVERTERS.get(dtype)
+    if found is None:
+        return _Unsupported(dtype.removeprefix("DT_").lower())
+    return found
+
+
+SUPPORTED_DTYPES = frozenset(_CONVERTERS)
+
+
+def encode(body: Any) -> bytes:
+    """JSON bytes as TF Serving writes them (NaN and Infinity as bare words)."""
+    return json.dumps(body, allow_nan=True, separators=(",", ":")).encode("ascii")

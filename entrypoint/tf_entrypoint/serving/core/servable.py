@@ -1,0 +1,75 @@
+"""The backend's protocol: a loaded version of a model, with one ``run()``.
+
+The core (``core/inference.py``) checks a request against the signature and
+calls :meth:`Servable.run`; the TensorFlow backend (``model/``) implements it,
+the unit tests a pure-Python model. Tensors in and out are the core's
+:class:`~tf_entrypoint.serving.core.types.Tensor` (dtype name, shape, flat
+values: a compact array the backend reads without a copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from tf_entrypoint.serving.core.types import Signature, Tensor
+
+#: One signature run: (its name, the inputs by alias, the output aliases to fetch).
+Call = tuple[str, Mapping[str, Tensor], Sequence[str]]
+
+
+class Servable(Protocol):
+    """One loaded version of a model."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def signatures(self) -> Mapping[str, Signature]: ...
+
+    @property
+    def signature_texts(self) -> Mapping[str, str]:
+        """Each SignatureDef's text (C++ DebugString), quoted by TF Serving's errors."""
+        ...
+
+    @property
+    def signature_def_map(self) -> bytes:
+        """The SavedModel's SignatureDefs as they are, a serialized
+        tensorflow.serving.SignatureDefMap (GetModelMetadata's answer, metadata.py);
+        b"": none, the metadata is written from `signatures`."""
+        ...
+
+    @property
+    def warmup_records(self) -> int:
+        """Warm-up requests replayed before it became available."""
+        ...
+
+    @property
+    def method_name_check(self) -> bool:
+        """TF Serving's --enable_signature_method_name_check, as it was loaded with."""
+        ...
+
+    def runs(self, name: str) -> bool:
+        """Whether signature `name` can be run (it may be in `signatures` only)."""
+        ...
+
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, Tensor]:
+        """Run signature `name` on checked inputs; the outputs of `outputs` it has.
+
+        `batch`: the call may go through server-side batching (a predict).
+        Raises ServingError with TensorFlow's code and message for what the
+        graph refuses.
+        """
+        ...
+
+    def run_many(self, calls: Sequence[Call]) -> list[dict[str, Tensor]]:
+        """Several signatures on one set of inputs (MultiInference), in one run
+        where the backend can (TF Serving runs them in one Session::Run)."""
+        ...

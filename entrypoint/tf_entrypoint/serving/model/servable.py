@@ -1,0 +1,282 @@
+"""``TensorFlowServable``: one version of a SavedModel, with one ``run()``.
+
+Arrays to and from TensorFlow, and TensorFlow's errors mapped to codes, once
+(docs/architecture.md, "One request, either protocol"): every call, predict,
+classify, regress or MultiInference, either transport, warm-up included, goes
+through :meth:`TensorFlowServable.run` or :meth:`~TensorFlowServable.run_many`.
+The request's checks are the core's (``core/inference.py``); batching
+(``model/batching.py``) and warm-up (``model/warmup.py``) sit beside it.
+"""
+
+from __future__ import annotations
+
+import array as py_array
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, overload
+
+import numpy as np
+import tensorflow as tf
+
+from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.inference import tensorflow_error_message
+from tf_entrypoint.serving.core.servable import Call
+from tf_entrypoint.serving.core.types import Signature, Tensor
+from tf_entrypoint.serving.model import signatures as sigs
+from tf_entrypoint.serving.model.bundle import (
+    LOADERS,
+    Bundle,
+    FunctionBundle,
+    Output,
+    SessionBundle,
+    log,
+    open_saved_model,
+)
+
+#: Characters of a TensorFlow error message passed back to the client.
+MAX_ERROR_MESSAGE = 2000
+#: Output dtypes written as the shortest text of their float32 value (0.1, not
+#: 0.10000000149011612).
+FLOATS = frozenset({"DT_FLOAT", "DT_HALF", "DT_BFLOAT16"})
+
+
+@contextlib.contextmanager
+def tensorflow_errors() -> Iterator[None]:
+    """TensorFlow's errors as TF Serving passes them on: an op error keeps its
+    code (InvalidArgument is INVALID_ARGUMENT) and its message, cleaned; arrays
+    TensorFlow cannot take as arguments are INVALID_ARGUMENT."""
+    try:
+        yield
+    except tf.errors.OpError as err:
+        message = tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
+        raise ServingError(Code.of(int(err.error_code)), message) from None
+    except (TypeError, ValueError) as err:
+        raise invalid_argument(str(err)[:MAX_ERROR_MESSAGE]) from None
+
+
+def to_array(tensor: Tensor) -> Any:
+    """An input tensor as a NumPy array of its dtype and shape.
+
+    Numbers parsed into a compact array.array (REST) and arrays decoded from
+    TensorProtos (gRPC) are used on their memory (no copy); strings (bytes),
+    half and bfloat16 from JSON come as Python lists.
+    """
+    values = tensor.values
+    if isinstance(values, np.ndarray):
+        return values.reshape(tensor.shape)
+    if isinstance(values, py_array.array):
+        return np.frombuffer(values, dtype=NUMPY_DTYPES[tensor.dtype]).reshape(tensor.shape)
+    if tensor.dtype == "DT_STRING":
+        flat = np.empty(len(values), dtype=object)
+        flat[:] = values if isinstance(values, list) else list(values)
+        return flat.reshape(tensor.shape)
+    return np.asarray(values, dtype=NUMPY_DTYPES[tensor.dtype]).reshape(tensor.shape)
+
+
+class OutputValues(Sequence[Any]):
+    """An output tensor's values, made Python objects only when read.
+
+    The answer is written from these (:func:`protocol.values_list` calls
+    tolist()) while the request holds a JSON conversion slot, so a request
+    that waits for one holds the model's compact output, not a list of
+    Python objects. Floats are written as the shortest text that reads back
+    as the same float32 (0.1, not 0.10000000149011612), as TF Serving writes
+    them; NaN and Inf pass through.
+    """
+
+    __slots__ = ("_flat", "_floats")
+
+    def __init__(self, flat: Any, floats: bool) -> None:
+        self._flat = flat
+        self._floats = floats
+
+    def __len__(self) -> int:
+        return int(self._flat.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return _python_values(self._flat[index], self._floats)
+        return _python_values(self._flat[index : index + 1 or None], self._floats)[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self), CHUNK):
+            yield from _python_values(self._flat[start : start + CHUNK], self._floats)
+
+    def tolist(self) -> list[Any]:
+        values: list[Any] = []
+        for start in range(0, len(self), CHUNK):
+            values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
+        return values
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        """The values as the model's flat array (no copy): codec/tensor_proto.py writes from it."""
+        return self._flat if dtype is None else self._flat.astype(dtype)
+
+
+def _python_values(flat: Any, floats: bool) -> list[Any]:
+    if floats:
+        return [float(text) for text in flat.astype(str).tolist()]
+    values: list[Any] = flat.tolist()
+    return values
+
+
+#: DataType names by enum (types_pb2's lookup, once per dtype).
+_DTYPE_NAMES: dict[int, str] = {}
+
+
+def to_tensor(value: Output) -> Tensor:
+    """An output as the core's tensor: its dtype name, shape, and its values read lazily."""
+    enum = value.dtype.as_datatype_enum
+    dtype = _DTYPE_NAMES.get(enum)
+    if dtype is None:
+        dtype = _DTYPE_NAMES.setdefault(enum, dtype_name(enum))
+    array = value.numpy()
+    shape = tuple(int(d) for d in array.shape)
+    return Tensor(dtype, shape, OutputValues(array.reshape(-1), dtype in FLOATS))
+
+
+class Runner(Protocol):
+    """How the servable runs a signature on arrays: directly, or through the
+    batch queue (model/batching.py)."""
+
+    def run(
+        self, name: str, arrays: Mapping[str, Any], outputs: tuple[str, ...], batch: bool
+    ) -> dict[str, Output]: ...
+
+    def alone(self) -> contextlib.AbstractContextManager[Any]:
+        """Around a call that does not go through the batch queue."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Direct:
+    """Every call run at once, on the request's thread."""
+
+    def __init__(self, bundle: Bundle, signatures: Mapping[str, Signature]) -> None:
+        self._bundle = bundle
+        self._signatures = signatures
+
+    def run(
+        self, name: str, arrays: Mapping[str, Any], outputs: tuple[str, ...], batch: bool
+    ) -> dict[str, Output]:
+        return self._bundle.run(name, self._signatures[name], arrays, outputs)
+
+    def alone(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
+        pass
+
+
+class TensorFlowServable:
+    """One version of a SavedModel, loaded and ready to run (core/servable.py's Servable)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        version: int,
+        *,
+        method_name_check: bool = False,
+        loader: str = LOADERS[0],
+    ) -> None:
+
+        self.directory = directory
+        self._version = version
+        self._method_name_check = method_name_check
+        #: Warm-up records replayed (model/warmup.py); seconds spent, None when none.
+        self.warmup_records = 0
+        self.warmup_seconds: float | None = None
+        self._bundle, graph = open_saved_model(directory, loader)
+        self._signatures = sigs.signatures(graph)
+        #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
+        self.signature_def_map = sigs.signature_def_map(graph)
+        self._signature_texts = sigs.signature_texts(graph)
+        if isinstance(self._bundle, FunctionBundle):
+            missing = sorted(self._bundle.names() - set(self._signatures))
+            if missing:
+                log.warning("signatures without a SignatureDef are not served: %s", missing)
+        #: Runs the calls (model/batching.py puts a batch queue in front of it).
+        self.direct: Runner = Direct(self._bundle, self._signatures)
+        self.runner: Runner = self.direct
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def signatures(self) -> Mapping[str, Signature]:
+        return self._signatures
+
+    @property
+    def signature_texts(self) -> Mapping[str, str]:
+        return self._signature_texts
+
+    @property
+    def method_name_check(self) -> bool:
+        return self._method_name_check
+
+    def runs(self, name: str) -> bool:
+        return self._bundle.runs(name)
+
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, Tensor]:
+        """Run signature `name` on checked inputs (core/inference.py); its outputs of `outputs`.
+
+        `batch`: a predict, which goes through the batch queue when batching is
+        on and the signature can be batched (model/batching.py).
+        """
+        runner = self.runner
+        with tensorflow_errors():
+            arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
+            if batch:
+                results = runner.run(name, arrays, tuple(outputs), True)
+            else:
+                with runner.alone():
+                    results = runner.run(name, arrays, tuple(outputs), False)
+        return {alias: to_tensor(value) for alias, value in results.items()}
+
+    def run_many(self, calls: Sequence[Call]) -> list[dict[str, Tensor]]:
+        """Several signatures in one Session run (MultiInference): each graph tensor
+        fed and fetched once; an export loaded with tf.saved_model.load runs them
+        one by one. Calls whose inputs are the same object are fed once."""
+        bundle = self._bundle
+        if not isinstance(bundle, SessionBundle):
+            return [self.run(name, inputs, outputs) for name, inputs, outputs in calls]
+        per_call = []
+        feeds: dict[str, Any] = {}
+        arrays: dict[int, Any] = {}
+        with tensorflow_errors():
+            for name, inputs, outputs in calls:
+                signature = self._signatures[name]
+                for key, tensor in inputs.items():
+                    if id(tensor) not in arrays:
+                        arrays[id(tensor)] = to_array(tensor)
+                    feeds[signature.inputs[key].tensor_name] = arrays[id(tensor)]
+                per_call.append({alias: signature.outputs[alias].tensor_name for alias in outputs})
+            fetches = sorted({tensor for fetched in per_call for tensor in fetched.values()})
+            with self.runner.alone():
+                values = dict(zip(fetches, bundle.run_tensors(feeds, fetches), strict=True))
+        return [
+            {alias: to_tensor(values[tensor]) for alias, tensor in fetched.items()}
+            for fetched in per_call
+        ]
+
+    def close(self) -> None:
+        """Stop the batch threads and close the Session (the version is unloading;
+        nothing is in flight: every request holds the version until it is answered)."""
+        runner, self.runner = self.runner, self.direct
+        runner.close()
+        self._bundle.close()
