@@ -168,8 +168,9 @@ class Batcher(Generic[P, R]):
     def submit(self, key: Hashable, rows: int, payload: P, deadline: float | None = None) -> R:
         """Queue `payload` (`rows` rows) with others of the same `key`; its result.
 
-        Blocks until its batch has run. Raises ApiError 503 when the queue is
-        full or the batcher is closed, 504 when `deadline` (default: the
+        Blocks until its batch has run. Raises ServingError RESOURCE_EXHAUSTED
+        (refused AT_CAPACITY) when the queue is full, UNAVAILABLE when the
+        batcher is closed, DEADLINE_EXCEEDED when `deadline` (default: the
         calling request's) passes before it starts (it never runs, whether
         its own thread withdraws it or a batch thread finds it late; the
         text is its caller's, see :func:`run_with_deadline`), and whatever

@@ -9,7 +9,8 @@ from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import CutOff, Refused
-from tf_entrypoint.serving.rest.errors import http_status
+from tf_entrypoint.serving.core.errors import Code
+from tf_entrypoint.serving.rest.errors import HTTP_STATUS, http_status
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -50,7 +51,7 @@ class CutOffMiddleware:
                 raise
             self.cutoff.absorb()
             if not started:  # else the connection closes mid-answer, as it must
-                await _send_error(send, 503, self.cutoff.message)
+                await _send_error(send, HTTP_STATUS[Code.UNAVAILABLE], self.cutoff.message)
 
 
 async def _send_error(send: Send, status: int, message: str) -> None:
