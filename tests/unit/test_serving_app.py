@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit import example_protos
@@ -18,15 +19,26 @@ from tests.unit.fake_servable import FakeServable
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.errors import invalid_argument
+from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.servable import Loader
+from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
-from tf_entrypoint.serving.rest.errors import Answer
+from tf_entrypoint.serving.rest.errors import Answer, http_status
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))
 F32_2D = p.TensorSpec("DT_FLOAT", (-1, 2))
 STR_2D = p.TensorSpec("DT_STRING", (-1, 2))
+
+
+def make_app(
+    conf: ServeConfig,
+    loader: Loader | None = None,
+    on_fatal: Callable[[str], None] = lambda message: None,
+) -> Starlette:
+    """The REST app over its own serving core, as main builds them (the app owns the core)."""
+    return create_app(build_core(conf, loader=loader, on_fatal=on_fatal), conf)
 
 
 class HalfPlusTwo(FakeServable):
@@ -109,7 +121,7 @@ def wait_ready(client: TestClient, timeout: float = 10) -> None:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     export(tmp_path)
-    app = create_app(config(tmp_path), loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(config(tmp_path), loader=lambda directory, version: HalfPlusTwo())
     with TestClient(app) as test_client:
         wait_ready(test_client)
         yield test_client
@@ -218,7 +230,7 @@ def test_paths_are_case_insensitive_like_tf_serving(client: TestClient) -> None:
 
 def test_body_limit(tmp_path: Path) -> None:
     export(tmp_path)
-    app = create_app(config(tmp_path, "--max-body-bytes", "100"), loader=lambda d, v: HalfPlusTwo())
+    app = make_app(config(tmp_path, "--max-body-bytes", "100"), loader=lambda d, v: HalfPlusTwo())
     with TestClient(app) as client:
         wait_ready(client)
         ok = client.post("/v1/models/model:predict", json={"instances": [1.0] * 10})
@@ -270,7 +282,7 @@ def test_not_ready_while_loading(tmp_path: Path) -> None:
         release.wait(10)
         return HalfPlusTwo()
 
-    app = create_app(config(tmp_path), loader=slow_loader)
+    app = make_app(config(tmp_path), loader=slow_loader)
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while client.get("/v1/models/model").status_code != 200 and time.monotonic() < deadline:
@@ -294,7 +306,7 @@ def test_a_failed_load_is_fatal(tmp_path: Path) -> None:
     def broken(directory: Path, version: int) -> HalfPlusTwo:
         raise OSError("saved_model.pb is truncated")
 
-    app = create_app(config(tmp_path), loader=broken, on_fatal=fatal.append)
+    app = make_app(config(tmp_path), loader=broken, on_fatal=fatal.append)
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while not fatal and time.monotonic() < deadline:
@@ -309,7 +321,7 @@ def test_a_failed_load_is_fatal(tmp_path: Path) -> None:
 
 def test_no_model_within_the_wait_is_fatal(tmp_path: Path) -> None:
     fatal: list[str] = []
-    app = create_app(
+    app = make_app(
         config(tmp_path, "--wait-for-model", "0.2"), loader=lambda d, v: HalfPlusTwo(),
         on_fatal=fatal.append,
     )  # fmt: skip
@@ -334,7 +346,7 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
         servable.version = version
         return servable
 
-    with TestClient(create_app(config(tmp_path), loader=loader)) as client:
+    with TestClient(make_app(config(tmp_path), loader=loader)) as client:
         wait_ready(client)
         assert loaded == [10]
         assert client.get("/v1/models/model/versions/10").status_code == 200
@@ -346,14 +358,14 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
 
 def run_pool(
     pool: InferencePool, jobs: list[Callable[[], Answer]], timeout: float
-) -> list[Answer | p.ApiError]:
-    async def one(job: Callable[[], Answer]) -> Answer | p.ApiError:
+) -> list[Answer | ServingError]:
+    async def one(job: Callable[[], Answer]) -> Answer | ServingError:
         try:
             return await pool.run(job, timeout)
-        except p.ApiError as err:
+        except ServingError as err:
             return err
 
-    async def all_of_them() -> list[Answer | p.ApiError]:
+    async def all_of_them() -> list[Answer | ServingError]:
         return list(await asyncio.gather(*(one(job) for job in jobs)))
 
     try:
@@ -372,8 +384,8 @@ def test_pool_admits_at_most_max_queue() -> None:
     async def status(call: Awaitable[Answer]) -> int:
         try:
             return (await call).status
-        except p.ApiError as err:
-            return err.status
+        except ServingError as err:
+            return http_status(err)
 
     async def main(pool: InferencePool) -> list[int]:
         # Admission is decided as each call starts, in order: three in, two refused.
@@ -405,8 +417,8 @@ def test_pool_times_out_with_504() -> None:
         results = run_pool(pool, [slow, slow], timeout=0.1)
     finally:
         release.set()
-    assert [r.status for r in results] == [504, 504]
-    assert all(isinstance(r, p.ApiError) and "timed out" in r.message for r in results)
+    assert all(isinstance(r, ServingError) and "timed out" in r.message for r in results)
+    assert [http_status(r) for r in results if isinstance(r, ServingError)] == [504, 504]
 
 
 def test_pool_never_blocks_the_event_loop() -> None:
@@ -586,9 +598,9 @@ def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
         async def one() -> int:
             try:
                 return (await pool.run(work, 60)).status
-            except p.ApiError as err:
-                refused.append(err.status)
-                return err.status
+            except ServingError as err:
+                refused.append(http_status(err))
+                return http_status(err)
 
         async def many() -> None:
             results.extend(await asyncio.gather(*(one() for _ in range(6))))
@@ -628,7 +640,7 @@ def test_every_model_name_is_reachable_percent_encoded(tmp_path: Path) -> None:
         {},
         budget=PlannedCpus(2, "test"),
     )
-    app = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(conf, loader=lambda directory, version: HalfPlusTwo())
     encoded = "a%3Fb%23c%5Cd%25e%20f%2Fg%3Ah"
     with TestClient(app) as client:
         wait_ready(client)
@@ -663,14 +675,13 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     /healthz 200 while nothing updates its models: it exits 1, saying why."""
     from tf_entrypoint.serving import main as server  # noqa: PLC0415
     from tf_entrypoint.serving.core.manager import Manager  # noqa: PLC0415
-    from tf_entrypoint.serving.rest import app as app_module  # noqa: PLC0415
 
     export(tmp_path)
 
     def bug(self: Manager) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(app_module, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
+    monkeypatch.setattr(server, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
     monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
     frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
     monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))

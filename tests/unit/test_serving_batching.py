@@ -15,15 +15,15 @@ import pytest
 
 from tf_entrypoint.serving.config.batching_config import parse_batching_parameters
 from tf_entrypoint.serving.config.model_config import ConfigError
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.batching import (
     QUEUE_FULL,
-    QUEUED_TOO_LONG,
     Batcher,
     BatchHooks,
     BatchingParameters,
-    run_with_deadline,
 )
+from tf_entrypoint.serving.core.deadlines import QUEUED_TOO_LONG, run_with_deadline
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.rest.errors import error_headers, http_status
 
 PATH = Path("/etc/batching.txt")
 Rows = list[list[float]]
@@ -220,14 +220,14 @@ def test_a_full_queue_refuses_with_503_and_retry_after() -> None:
         wait_for(lambda: model.running == 1, "the first request to run")  # the queue is empty
         second = pool.submit(submit, b, [[2.0, 2.0]])
         wait_for(lambda: b.queued == 1, "the second request to queue")  # the one batch allowed
-        with pytest.raises(p.ApiError) as refused:
+        with pytest.raises(ServingError) as refused:
             submit(b, [[3.0, 3.0]])
         model.gate.set()
         assert first.result(30) == [[2.0, 2.0]]
         assert second.result(30) == [[4.0, 4.0]]
-    assert (refused.value.status, refused.value.code) == (503, "RESOURCE_EXHAUSTED")
+    assert (http_status(refused.value), refused.value.code.name) == (503, "RESOURCE_EXHAUSTED")
     assert refused.value.message == QUEUE_FULL
-    assert refused.value.headers == {"Retry-After": "1"}
+    assert error_headers(refused.value) == {"Retry-After": "1"}
 
 
 def test_a_request_whose_deadline_passes_while_queued_is_withdrawn() -> None:
@@ -237,13 +237,13 @@ def test_a_request_whose_deadline_passes_while_queued_is_withdrawn() -> None:
     with ThreadPoolExecutor(2) as pool, model.shut():
         running = pool.submit(submit, b, [[1.0, 1.0]])
         wait_for(lambda: model.running == 1, "the first request to run")
-        with pytest.raises(p.ApiError) as late:
+        with pytest.raises(ServingError) as late:
             run_with_deadline(clock.now + 0.1, lambda: submit(b, [[5.0, 5.0]]))
         # Withdrawn at its deadline, not when the call before it ended: that one is still held.
         assert not running.done()
         model.gate.set()
         assert running.result(30) == [[2.0, 2.0]]
-    assert late.value.status == 504
+    assert http_status(late.value) == 504
     b.close()
     b.join(30)  # the batch thread has run all it ever will
     assert model.calls == [1]  # the withdrawn request never ran
@@ -281,9 +281,9 @@ def test_a_request_whose_deadline_has_passed_is_never_started_by_a_batch_thread(
         model.gate.set()
         assert first.result(30) == [[2.0, 2.0]]
         assert on_time.result(30) == [[8.0, 8.0]]
-        with pytest.raises(p.ApiError) as caught:
+        with pytest.raises(ServingError) as caught:
             expired.result(30)
-    assert (caught.value.status, caught.value.message) == (504, TIMED_OUT)
+    assert (http_status(caught.value), caught.value.message) == (504, TIMED_OUT)
     assert model.calls == [2, 2]  # the expired request's rows never reached the model
     assert seen == [(2, 1, 1), (2, 1, 1)]  # 1 row padded to 2, not 3 rows padded to 4
 
@@ -309,9 +309,9 @@ def test_a_failed_batch_never_runs_alone_a_request_whose_deadline_has_passed() -
         model.gate.set()
         with pytest.raises(ValueError, match="negative input"):
             bad.result(30)
-        with pytest.raises(p.ApiError) as caught:
+        with pytest.raises(ServingError) as caught:
             expired.result(30)
-    assert (caught.value.status, caught.value.message) == (504, TIMED_OUT)
+    assert (http_status(caught.value), caught.value.message) == (504, TIMED_OUT)
     assert model.calls == [2, 1]  # the batch, then the failing request alone; not the other
 
 
@@ -319,9 +319,9 @@ def test_a_request_whose_deadline_has_passed_never_runs_inline() -> None:
     model = Model()
     clock = Clock()
     b = batcher(model, max_batch_size=100, clock=clock)  # idle: a request would run inline
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         b.submit(("x", 2), 1, [[1.0, 1.0]], clock.now - 1)
-    assert (caught.value.status, caught.value.message) == (504, QUEUED_TOO_LONG)
+    assert (http_status(caught.value), caught.value.message) == (504, QUEUED_TOO_LONG)
     assert model.calls == []
 
 
@@ -354,7 +354,7 @@ def test_close_runs_what_is_queued_then_refuses() -> None:
         model.gate.set()
         assert [f.result(30) for f in futures] == [[[2.0 * i, 0.0]] for i in range(3)]
     b.join(5)
-    with pytest.raises(p.ApiError, match="shutting down"):
+    with pytest.raises(ServingError, match="shutting down"):
         submit(b, [[1.0, 1.0]])
 
 

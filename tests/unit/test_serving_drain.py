@@ -18,17 +18,18 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import (
+from tf_entrypoint.serving.core.deadlines import (
     QUEUED_TOO_LONG,
     acquire_before_deadline,
     run_with_deadline,
 )
 from tf_entrypoint.serving.core.drain import STOPPED, TIMEOUT_ERRORS, CutOff
-from tf_entrypoint.serving.core.serving_core import ServingState
-from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
+from tf_entrypoint.serving.rest.errors import http_status
 
 
 class Stuck(HalfPlusTwo):
@@ -56,10 +57,8 @@ def test_a_request_still_running_at_the_cut_off_is_answered_503_with_json(
 ) -> None:
     export(tmp_path)
     model = Stuck()
-    app = create_app(
-        config(tmp_path, "--grace-period", "3"), loader=lambda directory, version: model
-    )
-    state: ServingState = app.state.serving
+    app = make_app(config(tmp_path, "--grace-period", "3"), loader=lambda directory, version: model)
+    state: ServingCore = app.state.serving
     try:
         with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
             wait_ready(client)
@@ -187,10 +186,13 @@ def test_a_call_waiting_for_its_turn_is_withdrawn_when_its_deadline_passes() -> 
         return "ran"
 
     started = time.monotonic()
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         run_with_deadline(started + 0.2, alone, "Request timed out after 0.2 s")
     waited = time.monotonic() - started
-    assert (caught.value.status, caught.value.message) == (504, "Request timed out after 0.2 s")
+    assert (http_status(caught.value), caught.value.message) == (
+        504,
+        "Request timed out after 0.2 s",
+    )
     assert 0.15 <= waited < 5
     assert ran == []
     # The turn was never taken: the running call's release frees it.
@@ -233,7 +235,7 @@ def test_without_a_deadline_a_call_waits_for_its_turn() -> None:
 
 def test_a_call_whose_deadline_passed_before_a_worker_took_it_never_starts() -> None:
     ran: list[str] = []
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         run_with_deadline(time.monotonic() - 0.01, lambda: ran.append("ran"))
-    assert (caught.value.status, caught.value.message) == (504, QUEUED_TOO_LONG)
+    assert (http_status(caught.value), caught.value.message) == (504, QUEUED_TOO_LONG)
     assert ran == []

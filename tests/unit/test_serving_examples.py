@@ -22,6 +22,7 @@ from tf_entrypoint.serving.codec import example_proto, json_examples, json_value
 from tf_entrypoint.serving.core import inference, limits
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.rest.errors import http_status
 
 
 def f32(value: float) -> float:
@@ -224,10 +225,10 @@ def test_a_context_copied_into_many_examples_is_refused_before_any_copy() -> Non
     context = "A" * 10_000
     body = json.dumps({"context": {"pad": context}, "examples": [{}] * 1000}).encode()
     assert len(body) < 20_000
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         json_examples.parse_examples_request(body, limit=1_000_000)
     err = caught.value
-    assert (err.status, err.code) == (413, "RESOURCE_EXHAUSTED")
+    assert (http_status(err), err.code.name) == (413, "RESOURCE_EXHAUSTED")
     context_size = len(json_examples.encode_example({"pad": context}))
     assert err.message == (
         f"1000 examples with their context ({context_size} bytes) copied into each would "
@@ -243,13 +244,13 @@ def test_the_limit_counts_the_examples_and_the_copies_exactly() -> None:
     body = json.dumps({"context": {"y": 0.5}, "examples": [{"x": 1.0}] * 3}).encode()
     exact = 3 * (len(context) + len(example))
     assert len(json_examples.parse_examples_request(body, limit=exact).examples) == 3
-    with pytest.raises(p.ApiError, match=f"would take {exact} bytes"):
+    with pytest.raises(ServingError, match=f"would take {exact} bytes"):
         json_examples.parse_examples_request(body, limit=exact - 1)
 
 
 def test_examples_without_context_have_the_limit_too() -> None:
     body = json.dumps({"examples": [{"x": [1.0] * 100}] * 10}).encode()
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         json_examples.parse_examples_request(body, limit=1000)
     size = 10 * len(json_examples.encode_example({"x": [1.0] * 100}))
     assert caught.value.message.startswith(f"10 examples would take {size} bytes, more than")
@@ -263,9 +264,9 @@ def test_a_grpc_context_is_measured_before_it_is_copied() -> None:
     for _ in range(100):
         with_context.examples.add()
     context_size = with_context.context.ByteSize()
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         example_proto.serialized_examples(message, limit=100 * context_size - 1)
-    assert caught.value.code == "RESOURCE_EXHAUSTED"
+    assert caught.value.code.name == "RESOURCE_EXHAUSTED"
     assert f"100 examples with their context ({context_size} bytes)" in caught.value.message
     assert len(example_proto.serialized_examples(message, limit=100 * context_size)) == 100
 
@@ -275,7 +276,7 @@ def test_a_grpc_example_list_has_the_limit_too() -> None:
     message.example_list.examples.add().CopyFrom(ep.example(pad=b"z" * 500))
     size = message.example_list.examples[0].ByteSize()
     assert serialized(message) == [message.example_list.examples[0].SerializeToString()]
-    with pytest.raises(p.ApiError, match=f"1 example would take {size} bytes"):
+    with pytest.raises(ServingError, match=f"1 example would take {size} bytes"):
         example_proto.serialized_examples(message, limit=size - 1)
 
 

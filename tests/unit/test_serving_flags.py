@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tf_entrypoint.serving import main
 from tf_entrypoint.serving.config import (
     FLAGS,
     Flag,
@@ -23,8 +24,6 @@ from tf_entrypoint.serving.config import (
     read_flags,
 )
 from tf_entrypoint.serving.config.model_config import ConfigError
-from tf_entrypoint.serving.core import admission
-from tf_entrypoint.serving.rest import app as serving_app
 
 HERE = Path(__file__).resolve().parent
 #: The TF Serving compatibility page holds the flag table (it was the README's).
@@ -320,8 +319,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         (["--saved-model-loader=tf2"], True, False, mib8, "tf2"),
     ):
         conf = parse(f"--model_base_path={tmp_path}", *argv)
-        application = serving_app.create_app(conf)
-        loader = application.state.serving.manager._loader
+        loader = main.build_core(conf).manager._loader
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
         assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes, chosen)
@@ -345,5 +343,5 @@ def test_the_loader_variable_is_checked_at_start() -> None:
 def test_with_batching_every_admitted_request_gets_a_thread() -> None:
     off = parse("--workers=2", "--max-queue=40")
     on = parse("--workers=2", "--max-queue=40", "--enable_batching")
-    assert admission.request_threads(off) == 2
-    assert admission.request_threads(on) == 40
+    assert main.request_threads(off) == 2
+    assert main.request_threads(on) == 40

@@ -10,14 +10,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, wait_ready
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
 from tests.unit.test_serving_lifecycle import Fake, Loader, manager_for, spec
 from tests.unit.test_serving_lifecycle import export as export_version
 from tf_entrypoint.serving import main as server
 from tf_entrypoint.serving.config import monitoring_config
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
-from tf_entrypoint.serving.rest.app import create_app
 
 UPSTREAM_PROTO = Path(__file__).parent / "data" / "monitoring_config.proto"
 PAGE = "/monitoring/prometheus/metrics"
@@ -302,7 +301,7 @@ def monitored(tmp_path: Path) -> Iterator[TestClient]:
     export(tmp_path)
     path = write(tmp_path, "prometheus_config { enable: true }")
     conf = config(tmp_path, "--monitoring_config_file", str(path))
-    app = create_app(conf, loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(conf, loader=lambda directory, version: HalfPlusTwo())
     with TestClient(app) as client:
         wait_ready(client)
         yield client
@@ -355,7 +354,7 @@ def test_rest_requests_are_counted_like_tf_serving(monitored: TestClient) -> Non
 def test_the_page_follows_the_configured_path(tmp_path: Path) -> None:
     export(tmp_path)
     path = write(tmp_path, 'prometheus_config { enable: true path: "/prom/tf" }')
-    app = create_app(
+    app = make_app(
         config(tmp_path, "--monitoring_config_file", str(path)),
         loader=lambda directory, version: HalfPlusTwo(),
     )
@@ -369,7 +368,7 @@ def test_the_page_follows_the_configured_path(tmp_path: Path) -> None:
 def test_no_page_unless_enabled(tmp_path: Path, text: str | None) -> None:
     export(tmp_path)
     args = [] if text is None else ["--monitoring_config_file", str(write(tmp_path, text))]
-    app = create_app(config(tmp_path, *args), loader=lambda directory, version: HalfPlusTwo())
+    app = make_app(config(tmp_path, *args), loader=lambda directory, version: HalfPlusTwo())
     with TestClient(app) as client:
         wait_ready(client)
         assert client.get(PAGE).status_code == 404

@@ -3,7 +3,7 @@
 TensorFlow's profiler server is not in the host's venv; an upstream grpc
 server of the test's own stands in for it (the image's real one is
 tests/container/test_tfserving_flows.py's profiler test). `wrap` is what the
-gRPC servicer's shared path does with an ApiError: abort with its code.
+gRPC servicer's shared path does with a ServingError: abort with its code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.grpc import profiler
 
 PROFILE = "/tensorflow.ProfilerService/Profile"
@@ -47,8 +47,8 @@ class Upstream(grpc.GenericRpcHandler):
 async def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> bytes:
     try:
         return await forward()
-    except p.ApiError as err:
-        await context.abort(grpc.StatusCode[err.code], f"{method}: {err.message}")
+    except ServingError as err:
+        await context.abort(grpc.StatusCode[err.code.name], f"{method}: {err.message}")
         raise
 
 

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.rest.errors import http_status
 from tf_entrypoint.serving.rest.routes import parse_route
 
 
@@ -42,19 +44,19 @@ def test_routes(method: str, path: str, route: p.Route) -> None:
     ],
 )
 def test_malformed_routes_are_400(method: str, path: str) -> None:
-    with pytest.raises(p.ApiError) as caught:
+    with pytest.raises(ServingError) as caught:
         parse_route(method, path)
-    assert caught.value.status == 400
+    assert http_status(caught.value) == 400
     assert caught.value.message == f"Malformed request: {method} {json.dumps(path)}"
 
 
 def test_route_without_model_name() -> None:
-    with pytest.raises(p.ApiError, match="Missing model name"):
+    with pytest.raises(ServingError, match="Missing model name"):
         parse_route("GET", "/v1/models")
 
 
 def test_version_beyond_int64_is_400() -> None:
-    with pytest.raises(p.ApiError, match="Failed to convert version"):
+    with pytest.raises(ServingError, match="Failed to convert version"):
         parse_route("GET", f"/v1/models/m/versions/{2**63}")
 
 
@@ -66,9 +68,9 @@ def test_a_version_of_thousands_of_digits_is_tf_servings_400() -> None:
         ("GET", f"/v1/models/m/versions/{digits}/metadata"),
         ("POST", f"/v1/models/m/versions/{digits}:predict"),
     ):
-        with pytest.raises(p.ApiError) as caught:
+        with pytest.raises(ServingError) as caught:
             parse_route(method, path)
-        assert caught.value.status == 400
+        assert http_status(caught.value) == 400
         message = caught.value.message
         assert message.startswith("Failed to convert version: 9999")
         assert message.endswith("... to numeric.")
@@ -82,7 +84,7 @@ def test_versions_with_leading_zeros_and_int64s_largest() -> None:
 
 @pytest.mark.parametrize("digit", ["\u0661", "\uff11", "\u00b9"])
 def test_only_ascii_digits_are_versions(digit: str) -> None:
-    with pytest.raises(p.ApiError, match="Malformed request"):
+    with pytest.raises(ServingError, match="Malformed request"):
         parse_route("GET", f"/v1/models/m/versions/{digit}")
 
 
@@ -105,6 +107,6 @@ def test_names_and_labels_are_percent_decoded_after_the_match(path: str, route: 
 
 def test_encoded_separators_do_not_route() -> None:
     # TF Serving matches the path as sent: %3A is part of the name, not the verb's ':'.
-    with pytest.raises(p.ApiError, match="Malformed request"):
+    with pytest.raises(ServingError, match="Malformed request"):
         parse_route("POST", "/v1/models/m%3Apredict")
     assert parse_route("GET", "/v1/models/m%2Fversions%2F1") == p.Route("status", "m/versions/1")

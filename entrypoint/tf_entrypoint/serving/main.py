@@ -1,4 +1,11 @@
-"""`python -m tf_entrypoint.serving`: settings, logging, uvicorn, signals, exit code.
+"""`python -m tf_entrypoint.serving`: the composition root (docs/architecture.md).
+
+It parses the settings, sizes the process, builds the loader and the serving
+core (core/serving_core.py), then imports and builds only the transports the
+configuration turns on, from one table (TRANSPORTS: a third protocol joins by
+one row), freezes the garbage collector's view of what is loaded, starts
+them (gRPC first, so a taken port exits 1 before REST listens), then the
+core's manager thread, and waits for a signal; logging, signals, exit code.
 
 One process, one event loop, `workers` inference threads: the model is
 loaded once and TensorFlow's process-wide thread pools are shared, so the
@@ -18,7 +25,9 @@ command line; 78 for a model or monitoring config file that cannot be served.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import importlib
 import logging
 import os
 import signal
@@ -26,20 +35,26 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
+from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
-from tf_entrypoint.serving.config.model_config import ConfigError
-from tf_entrypoint.serving.core.drain import EXIT_MARGIN
-from tf_entrypoint.serving.core.limits import limit_malloc_arenas
+from tf_entrypoint.serving.config.model_config import (
+    ConfigError,
+    read_model_config,
+)
+from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
+from tf_entrypoint.serving.core.drain import EXIT_MARGIN, STOPPED, CutOff, Transport
+from tf_entrypoint.serving.core.limits import RequestLimits, limit_malloc_arenas
+from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_specs import describe_policy
-from tf_entrypoint.serving.core.serving_core import ServingState
-from tf_entrypoint.serving.rest.app import create_app
-from tf_entrypoint.serving.rest.transport import RestServer, rest_server
-
-if TYPE_CHECKING:
-    from tf_entrypoint.serving.grpc.transport import GrpcServer
+from tf_entrypoint.serving.core.servable import Loader, Servable
+from tf_entrypoint.serving.core.serving_core import ServingCore
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -49,11 +64,136 @@ EXIT_USAGE = 64
 EXIT_CONFIG = 78
 
 
+@dataclass(frozen=True)
+class TransportRow:
+    """One protocol: its module and class (`cls(core, config, ended)`), imported only when
+    the configuration turns it on; `ended` is called should it stop on its own."""
+
+    name: str
+    module: str
+    cls: str
+    wanted: Callable[[ServeConfig], bool]
+
+    def build(self, core: ServingCore, config: ServeConfig, ended: Callable[[], None]) -> Transport:
+        factory = getattr(importlib.import_module(self.module), self.cls)
+        transport: Transport = factory(core, config, ended)
+        return transport
+
+
+#: The transports, in the order they start: gRPC first, so that a taken port
+#: exits 1 before REST listens. Importing gRPC's imports TensorFlow's protos;
+#: with --rest_api_port=0 Starlette and uvicorn are never imported.
+TRANSPORTS = (
+    TransportRow(
+        "gRPC",
+        "tf_entrypoint.serving.grpc.transport",
+        "GrpcServer",
+        lambda config: bool(config.grpc_port or config.grpc_socket_path),
+    ),
+    TransportRow(
+        "REST",
+        "tf_entrypoint.serving.rest.transport",
+        "RestTransport",
+        lambda config: bool(config.rest_port),
+    ),
+)
+
+
+def request_threads(config: ServeConfig) -> int:
+    """Threads that parse, validate and answer predicts.
+
+    Without batching, --workers: each runs its request in TensorFlow. With
+    batching, --max-queue: every admitted request gets a thread, which parses
+    and validates it, then waits in the batch queue while num_batch_threads
+    threads run the batches; so the queue sees every admitted request, and
+    max_enqueued_batches, not the thread count, bounds it.
+    """
+    return config.workers if config.batching is None else config.max_queue
+
+
+def tensorflow_loader(
+    directory: Path,
+    version: int,
+    *,
+    warmup: bool = True,
+    method_name_check: bool = False,
+    batching: BatchingParameters | None = None,
+    batch_hooks: BatchHooks | None = None,
+    max_body_bytes: int | None = None,
+    loader: str = "session",
+) -> Servable:
+    from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
+
+    return model.load(
+        directory,
+        version,
+        warmup=warmup,
+        method_name_check=method_name_check,
+        batching=batching,
+        batch_hooks=batch_hooks,
+        max_body_bytes=max_body_bytes,
+        loader=loader,
+    )
+
+
+def build_core(
+    config: ServeConfig,
+    *,
+    loader: Loader | None = None,
+    on_fatal: Callable[[str], None] = lambda message: None,
+) -> ServingCore:
+    """The serving core for `config`: metrics, the models' manager, workers, limits.
+
+    `loader` defaults to TensorFlow's, warming versions up unless
+    --enable_model_warmup=false, checking Classify/Regress signatures' method
+    names with --enable_signature_method_name_check.
+    """
+    metrics = Metrics()
+    if loader is None:
+        loader = functools.partial(
+            tensorflow_loader,
+            warmup=config.enable_model_warmup,
+            method_name_check=config.enable_signature_method_name_check,
+            batching=config.batching,
+            batch_hooks=metrics.batch_hooks(),
+            max_body_bytes=config.max_body_bytes,
+            loader=config.saved_model_loader,
+        )
+    metrics.workers.set(config.workers)
+    metrics.max_queue.set(config.max_queue)
+    for name in config.models.names():
+        metrics.add_model(name)
+    manager = Manager(loader, metrics, metadata.rest_answer)
+    manager.apply(config.models, initial=True)
+    path = config.models.path
+
+    def manage_models(stop: threading.Event, on_fatal: Callable[[str], None]) -> None:
+        """The manager thread: first loads, then new versions and config changes."""
+        manager.run(
+            wait=config.wait_for_model,
+            file_system_poll=config.file_system_poll_wait,
+            config_poll=config.model_config_file_poll_wait,
+            reload=None if path is None else functools.partial(read_model_config, path),
+            stop=stop,
+            on_fatal=on_fatal,
+        )
+
+    return ServingCore(
+        manager,
+        metrics,
+        InferencePool(request_threads(config), config.max_queue, metrics),
+        RequestLimits.of(config.max_body_bytes, config.workers),
+        manage_models=manage_models,
+        on_fatal=on_fatal,
+        cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
+    )
+
+
 class _Stop:
     """The drain: begun by a signal or a fatal error, ended by the grace period.
 
-    :meth:`begin` turns /readyz and health NOT_SERVING, starts gRPC's drain
-    (uvicorn drains REST on its own) and a timer thread: at the end of
+    :meth:`begin` turns /readyz and health NOT_SERVING, drains every
+    transport (core/drain.py's Transport) and starts a timer thread: at the end of
     --grace-period it cuts off the calls still running (drain.CutOff: they
     are answered 503 / UNAVAILABLE), and EXIT_MARGIN seconds later, should
     main() not have returned yet, it exits (:func:`exit_now`). Once main()
@@ -61,9 +201,12 @@ class _Stop:
     (``python -m``), or goes on (a test calling main() in-process).
     """
 
-    def __init__(self, state: ServingState, exit_code: Callable[[], int]) -> None:
-        self.state = state
-        self.grpc_server: GrpcServer | None = None
+    def __init__(self, core: ServingCore, grace: float, exit_code: Callable[[], int]) -> None:
+        self.core = core
+        self.grace = grace
+        self.transports: list[Transport] = []
+        #: Set by the first begin(): main stops waiting.
+        self.begun = threading.Event()
         self.exit_code = exit_code
         self.began: float | None = None
         # Re-entrant: a signal handler runs on the main thread, which may be in begin() already.
@@ -74,7 +217,6 @@ class _Stop:
 
     def begin(self, signum: int | None) -> None:
         """Start the drain (idempotent; a second signal cuts off at once)."""
-        state = self.state
         with self._lock:
             first = self.began is None
             if first:
@@ -84,7 +226,7 @@ class _Stop:
                 log.info(
                     "received %s: draining (up to %g s for requests in flight)",
                     signal.Signals(signum).name,
-                    state.config.grace_period,
+                    self.grace,
                 )
             threading.Thread(target=self._timer, name="grace-period", daemon=True).start()
         elif signum is not None and not self._now.is_set():
@@ -92,10 +234,10 @@ class _Stop:
                         signal.Signals(signum).name)  # fmt: skip
             self._now.set()
             self._wake.set()
-        state.draining = True
-        state.stop.set()
-        if self.grpc_server is not None:
-            self.grpc_server.drain()
+        self.core.begin_drain()
+        for transport in self.transports:
+            transport.drain()
+        self.begun.set()
 
     def finish(self) -> None:
         """main() is returning: its caller exits (exit_now), the timer has nothing to do."""
@@ -103,10 +245,10 @@ class _Stop:
         self._wake.set()
 
     def _timer(self) -> None:
-        self._wake.wait(self.state.config.grace_period)
+        self._wake.wait(self.grace)
         if self._finished.is_set():
             return
-        cut = self.state.cutoff.fire()
+        cut = self.core.cutoff.fire()
         if cut:
             log.warning(
                 "%s: %d call(s) still running were answered 503 / UNAVAILABLE "
@@ -124,7 +266,7 @@ class _Stop:
         """How long the stop took, for the last log line."""
         if self.began is None:
             return "stopped"
-        took, cut = time.monotonic() - self.began, self.state.cutoff.cut
+        took, cut = time.monotonic() - self.began, self.core.cutoff.cut
         return f"stopped {took:.2f} s after the drain began ({cut} call(s) cut off)"
 
 
@@ -213,45 +355,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("TF Serving's Prometheus metrics at %s (%s)", page, config.monitoring_config_file)
 
     fatal: list[str] = []
-    stopping = threading.Event()
 
     def on_fatal(message: str) -> None:
         log.error("%s; exiting", message)
         fatal.append(message)
-        stopping.set()
         stop.begin(None)
-        if rest is not None:
-            rest.should_exit = True  # read by uvicorn's main loop every 0.1 s
 
-    rest: RestServer | None = None
-    app = create_app(config, on_fatal=on_fatal)
-    _freeze_the_loaded()
-    state: ServingState = app.state.serving
-    stop = _Stop(state, lambda: EXIT_FATAL if fatal else EXIT_OK)
-    try:
-        grpc_server = stop.grpc_server = _start_grpc(state)
-    except OSError as err:  # the port is taken, or the address invalid
-        log.error("%s; exiting", err)
-        return EXIT_FATAL
-    if grpc_server is not None:
-        state.shared_shutdown = True  # the pool outlives REST's drain until gRPC's is over
+    core = build_core(config, on_fatal=on_fatal)
+    stop = _Stop(core, config.grace_period, lambda: EXIT_FATAL if fatal else EXIT_OK)
     try:  # until main() returns, a drain that takes too long ends the process (_Stop)
-        started = True
-        if config.rest_port:
-            rest = rest_server(app, config, stop.begin)
-            _handle_signals(rest.handle_exit)
-            rest.run()
-            started = rest.started  # False: port in use, lifespan failure (uvicorn logged why)
+        for row in TRANSPORTS:
+            if row.wanted(config):
+                ended = functools.partial(on_fatal, f"the {row.name} server stopped")
+                stop.transports.append(row.build(core, config, ended))
+        _freeze_the_loaded()
+        for transport in stop.transports:
+            try:
+                transport.start()
+            except OSError as err:  # the port is taken, or the address invalid
+                log.error("%s; exiting", err)
+                fatal.append(str(err))
+                stop.begin(None)
+                break
         else:
             _handle_signals(lambda signum, frame: stop.begin(signum))
-            state.start()
-            while not stopping.wait(0.1) and not state.stop.is_set():
-                pass
-        if grpc_server is not None:
-            stop.begin(None)
-            grpc_server.join(config.grace_period + EXIT_MARGIN)
-        state.close()
-        if fatal or not started:
+            core.start()
+        while not stop.begun.wait(0.1):  # signals are handled between waits
+            pass
+        deadline = time.monotonic() + config.grace_period + EXIT_MARGIN
+        for transport in stop.transports:
+            transport.join(max(0.0, deadline - time.monotonic()))
+        core.close()
+        if fatal:
             return EXIT_FATAL
         log.info("%s", stop.stopped())
         return EXIT_OK
@@ -278,17 +413,3 @@ def _handle_signals(handler: Callable[[int, FrameType | None], None]) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, handler)
-
-
-def _start_grpc(state: ServingState) -> GrpcServer | None:
-    """The gRPC server, listening (OSError if it cannot); None when not asked for."""
-    config = state.config
-    if not (config.grpc_port or config.grpc_socket_path):
-        return None
-    from tf_entrypoint.serving.grpc.transport import GrpcServer  # noqa: PLC0415 - imports TensorFlow
-
-    server = GrpcServer(state)
-    server.start()
-    log.info("gRPC (TF Serving's PredictionService, ModelService, health) on %s",
-             ", ".join(server.addresses()))  # fmt: skip
-    return server

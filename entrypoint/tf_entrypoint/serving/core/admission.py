@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tf_entrypoint.serving.config import ServeConfig
-from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import run_with_deadline
+from tf_entrypoint.serving.core.deadlines import run_with_deadline
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
 
-log = logging.getLogger("tf_entrypoint.serving")
-
 T = TypeVar("T")
-
-
-def request_threads(config: ServeConfig) -> int:
-    """Threads that parse, validate and answer predicts.
-
-    Without batching, --workers: each runs its request in TensorFlow. With
-    batching, --max-queue: every admitted request gets a thread, which parses
-    and validates it, then waits in the batch queue while num_batch_threads
-    threads run the batches; so the queue sees every admitted request, and
-    max_enqueued_batches, not the thread count, bounds it.
-    """
-    return config.workers if config.batching is None else config.max_queue
 
 
 class Admission:
@@ -82,7 +66,7 @@ class InferencePool:
         )
 
     def admit(self) -> Admission:
-        """A place among the `max_queue` admitted, or ApiError 503 / RESOURCE_EXHAUSTED."""
+        """A place among the `max_queue` admitted, or RESOURCE_EXHAUSTED (refused AT_CAPACITY)."""
         with self._lock:
             full = self.admitted >= self.max_queue
             if not full:
@@ -90,11 +74,11 @@ class InferencePool:
             in_progress = self.admitted
         if full:
             self.metrics.rejected.inc()
-            raise p.ApiError(
-                503,
+            raise ServingError(
+                Code.RESOURCE_EXHAUSTED,
                 f"Server is at capacity ({in_progress} predict requests in progress); retry later",
-                {"Retry-After": "1"},
-                code="RESOURCE_EXHAUSTED",
+                refusal=Refusal.AT_CAPACITY,
+                retry_after=1,
             )
         self.metrics.in_flight.inc()
         return Admission(self)
@@ -112,13 +96,13 @@ class InferencePool:
             future = self._executor.submit(run_with_deadline, deadline, work, expired)
         except RuntimeError:  # shut down: the server is stopping
             place.release()
-            raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE") from None
+            raise ServingError(Code.UNAVAILABLE, "Server is shutting down") from None
         future.add_done_callback(lambda _: place.release())
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
         except TIMEOUT_ERRORS:
             future.cancel()
-            raise p.ApiError(504, expired) from None
+            raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
 
     def _release(self, _: object) -> None:
         with self._lock:

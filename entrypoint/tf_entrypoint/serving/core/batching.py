@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.deadlines import current_deadline, expired_text
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -71,60 +72,6 @@ class BatchingParameters:
         )
 
 
-# -- deadlines: the request timeout counts time queued for a batch
-
-_local = threading.local()
-
-
-#: The 504's text for a request withdrawn from the queue, unless the caller set one.
-QUEUED_TOO_LONG = "Request timed out while queued for a batch"
-
-
-def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: str = "") -> R:
-    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`.
-
-    `expired`: the 504's text when the deadline passes while queued (the
-    same as the caller's own timeout answer, whichever comes first).
-    """
-    _local.deadline, _local.expired = deadline, expired
-    try:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise expired_error()  # waited for a worker until too late: never starts
-        return work()
-    finally:
-        _local.deadline, _local.expired = None, ""
-
-
-def current_deadline() -> float | None:
-    deadline: float | None = getattr(_local, "deadline", None)
-    return deadline
-
-
-def expired_error() -> p.ApiError:
-    """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
-    return p.ApiError(504, _expired_text())
-
-
-def _expired_text() -> str:
-    expired: str = getattr(_local, "expired", "") or QUEUED_TOO_LONG
-    return expired
-
-
-def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
-    """Take `semaphore` before the calling request's deadline, or raise its 504.
-
-    For calls that run alone with batching on: a request that is still
-    waiting for its turn when its deadline passes is withdrawn (it never
-    runs, and its worker thread and admission slot are freed at once).
-    """
-    deadline = current_deadline()
-    remaining = None if deadline is None else deadline - time.monotonic()
-    if remaining is not None and remaining <= 0:
-        raise expired_error()
-    if not semaphore.acquire(timeout=remaining):
-        raise expired_error()
-
-
 # -- the queue
 
 
@@ -150,8 +97,8 @@ class _Task(Generic[P]):
     def late(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
 
-    def expired_error(self) -> p.ApiError:
-        return p.ApiError(504, self.expired)
+    def expired_error(self) -> ServingError:
+        return ServingError(Code.DEADLINE_EXCEEDED, self.expired)
 
     def expire(self) -> None:
         """Answer its 504 without running it: its deadline passed before it could start."""
@@ -221,8 +168,9 @@ class Batcher(Generic[P, R]):
     def submit(self, key: Hashable, rows: int, payload: P, deadline: float | None = None) -> R:
         """Queue `payload` (`rows` rows) with others of the same `key`; its result.
 
-        Blocks until its batch has run. Raises ApiError 503 when the queue is
-        full or the batcher is closed, 504 when `deadline` (default: the
+        Blocks until its batch has run. Raises ServingError RESOURCE_EXHAUSTED
+        (refused AT_CAPACITY) when the queue is full, UNAVAILABLE when the
+        batcher is closed, DEADLINE_EXCEEDED when `deadline` (default: the
         calling request's) passes before it starts (it never runs, whether
         its own thread withdraws it or a batch thread finds it late; the
         text is its caller's, see :func:`run_with_deadline`), and whatever
@@ -230,10 +178,10 @@ class Batcher(Generic[P, R]):
         """
         if deadline is None:
             deadline = current_deadline()
-        task = _Task(payload, rows, self._clock(), deadline, _expired_text())
+        task = _Task(payload, rows, self._clock(), deadline, expired_text())
         with self._lock:
             if self._stopping:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             if task.late(self._clock()):  # never queued nor run inline once too late
                 raise task.expired_error()
             # Nothing queued, a batch thread's share free, no timeout to wait
@@ -270,15 +218,18 @@ class Batcher(Generic[P, R]):
         limit = self.parameters.max_batch_size
         with self._lock:
             if self._stopping:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             batch = self._open.get(key)
             if batch is not None and batch.rows + task.rows > limit:
                 self._close(batch)
                 batch = None
             if batch is None:
                 if len(self._open) + len(self._ready) >= self.parameters.max_enqueued_batches:
-                    raise p.ApiError(
-                        503, QUEUE_FULL, {"Retry-After": "1"}, code="RESOURCE_EXHAUSTED"
+                    raise ServingError(
+                        Code.RESOURCE_EXHAUSTED,
+                        QUEUE_FULL,
+                        refusal=Refusal.AT_CAPACITY,
+                        retry_after=1,
                     )
                 batch = _Batch(key, self._clock())
                 self._open[key] = batch

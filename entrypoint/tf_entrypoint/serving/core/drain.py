@@ -19,9 +19,9 @@ import contextlib
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 #: Seconds from the end of --grace-period to the process's exit, at most: the
 #: answers to the calls cut off are written, both listeners close, and the
@@ -43,7 +43,7 @@ STOPPED = (
 TIMEOUT_ERRORS: tuple[type[Exception], ...] = (TimeoutError, asyncio.TimeoutError)
 
 
-class Refused(p.ApiError):
+class Refused(ServingError):
     """A request that arrives once the cut-off has fired: 503 / UNAVAILABLE at once."""
 
 
@@ -69,7 +69,7 @@ class CutOff:
         return self._fired.is_set()
 
     def _refused(self) -> Refused:
-        return Refused(503, self.message, code="UNAVAILABLE")
+        return Refused(Code.UNAVAILABLE, self.message)
 
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:
@@ -108,3 +108,23 @@ class CutOff:
         task = asyncio.current_task()
         if task is not None and sys.version_info >= (3, 11):
             task.uncancel()
+
+
+class Transport(Protocol):
+    """One protocol's server over the core (REST, gRPC): built by `main` from its
+    transport table, started before the core's manager thread, stopped by the drain."""
+
+    #: For the log: "REST", "gRPC".
+    name: str
+
+    def start(self) -> None:
+        """Listen and serve on its own thread; returns once listening (OSError if it cannot)."""
+
+    def drain(self) -> None:
+        """Stop accepting (any thread, idempotent): calls in flight get the grace period."""
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until it has stopped."""
+
+    def stopped(self) -> bool:
+        """True once its thread has ended (after the drain, or on its own)."""

@@ -29,8 +29,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.batching import acquire_before_deadline
+from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, invalid_argument
 
 #: Decoded tensors, or examples with their context, may take this many times --max-body-bytes.
 EXPANSION = 8
@@ -46,9 +46,9 @@ def expansion_limit(max_body_bytes: int) -> int:
     return EXPANSION * max_body_bytes
 
 
-def parse_error(key: str) -> p.ApiError:
+def parse_error(key: str) -> ServingError:
     """TF Serving's answer to a TensorProto that Tensor::FromProto refuses."""
-    return p.bad_request(f"tensor parsing error: {key}")
+    return invalid_argument(f"tensor parsing error: {key}")
 
 
 def element_count(key: str, dims: Sequence[int]) -> int:
@@ -82,13 +82,13 @@ def string_bytes(count: int, sent: int, sent_bytes: int, last_bytes: int) -> int
     return count * STRING_ELEMENT_BYTES + sent_bytes + filled * last_bytes
 
 
-def too_large(what: str, size: int, limit: int, advice: str) -> p.ApiError:
+def too_large(what: str, size: int, limit: int, advice: str) -> ServingError:
     """413 / RESOURCE_EXHAUSTED: a request that would make the server build too much."""
-    return p.ApiError(
-        413,
+    return ServingError(
+        Code.RESOURCE_EXHAUSTED,
         f"{what} would take {size} bytes, more than the limit of {limit} bytes "
         f"({EXPANSION} x --max-body-bytes); {advice}, or raise --max-body-bytes",
-        code="RESOURCE_EXHAUSTED",
+        refusal=Refusal.BODY_TOO_LARGE,
     )
 
 

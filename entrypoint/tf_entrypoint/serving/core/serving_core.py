@@ -1,16 +1,17 @@
-"""The serving core that the transports receive: models, workers, metrics, limits, the drain."""
+"""`ServingCore`: what every transport receives (docs/architecture.md, "The model server").
+
+It holds the models (the manager), the inference workers and their admission
+(--max-queue), the metrics, the memory limits per request and the drain's
+state (draining, the cut-off). `main` builds it from the configuration, then
+builds each enabled transport on top of it; the transports never build one.
+Nothing here knows a wire format, a web framework or TensorFlow.
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
 
-from tf_entrypoint.serving.config import ServeConfig
-from tf_entrypoint.serving.config.model_config import read_model_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.drain import CutOff
@@ -18,50 +19,56 @@ from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
 
-log = logging.getLogger("tf_entrypoint.serving")
+#: The manager thread's loop: runs until `stop` is set, calls `on_fatal` when
+#: the server cannot go on (no model, a load failed at start).
+ManageModels = Callable[[threading.Event, Callable[[str], None]], None]
 
-T = TypeVar("T")
 
+class ServingCore:
+    """The models, the workers and their admission, metrics, limits, the drain's state."""
 
-@dataclass
-class ServingState:
-    config: ServeConfig
-    manager: Manager
-    metrics: Metrics
-    pool: InferencePool
-    #: --max-body-bytes and the JSON conversion slots, for every request handler.
-    limits: RequestLimits
-    #: Called (from any thread) when the server cannot go on: no model, load failed.
-    on_fatal: Callable[[str], None]
-    draining: bool = False
-    stop: threading.Event = field(default_factory=threading.Event)
-    #: True when gRPC shares the pool: the server closes it after both drains,
-    #: not REST's lifespan.
-    shared_shutdown: bool = False
-    #: The end of the grace period: requests still handled then are answered 503.
-    cutoff: CutOff = field(default_factory=CutOff)
-    _manager_thread: threading.Thread | None = field(default=None, repr=False)
-
-    def manage_models(self) -> None:
-        """The manager thread: first loads, then new versions and config changes."""
-        config = self.config
-        path = config.models.path
-        self.manager.run(
-            wait=config.wait_for_model,
-            file_system_poll=config.file_system_poll_wait,
-            config_poll=config.model_config_file_poll_wait,
-            reload=None if path is None else functools.partial(read_model_config, path),
-            stop=self.stop,
-            on_fatal=self.on_fatal,
-        )
+    def __init__(
+        self,
+        manager: Manager,
+        metrics: Metrics,
+        pool: InferencePool,
+        limits: RequestLimits,
+        *,
+        manage_models: ManageModels,
+        on_fatal: Callable[[str], None] = lambda message: None,
+        cutoff: CutOff | None = None,
+    ) -> None:
+        self.manager = manager
+        self.metrics = metrics
+        self.pool = pool
+        #: --max-body-bytes and the JSON conversion slots, for every request handler.
+        self.limits = limits
+        #: Called (from any thread) when the server cannot go on: no model, load failed.
+        self.on_fatal = on_fatal
+        #: The end of the grace period: requests still handled then are answered 503.
+        self.cutoff = cutoff if cutoff is not None else CutOff()
+        #: Set by the drain: readiness and health say so, new gRPC calls are refused.
+        self.draining = False
+        #: Set when the server stops: the manager thread ends.
+        self.stop = threading.Event()
+        self._manage_models = manage_models
+        self._manager_thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the manager thread (once; REST's lifespan or, without REST, the server)."""
+        """Start the manager thread: first loads, then new versions and config changes (once)."""
         if self._manager_thread is None:
             self._manager_thread = threading.Thread(
-                target=self.manage_models, name="model-manager", daemon=True
+                target=self._manage_models,
+                args=(self.stop, self.on_fatal),
+                name="model-manager",
+                daemon=True,
             )
             self._manager_thread.start()
+
+    def begin_drain(self) -> None:
+        """The drain has begun: not ready any more, no more polling."""
+        self.draining = True
+        self.stop.set()
 
     def close(self) -> None:
         """Stop polling and the worker threads (after the drain)."""

@@ -24,12 +24,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
-from tf_entrypoint.serving.core.errors import ServingError
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -108,7 +109,7 @@ async def abort(context: Context, code: str, message: str) -> NoReturn:
 def route_of(kind: p.Kind, request: Any) -> p.Route:
     """The model, version or label a request's ModelSpec addresses."""
     if not request.HasField("model_spec"):
-        raise p.bad_request("Missing ModelSpec")
+        raise invalid_argument("Missing ModelSpec")
     return route_of_spec(kind, request.model_spec)
 
 
@@ -119,17 +120,28 @@ def route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
     return p.Route(kind, spec.name, version, label)
 
 
+#: What a call's frame catches: the one error type, and ApiError, the
+#: status-based type that the layers not yet converted still raise.
+ERRORS = (ServingError, p.ApiError)
+
+
+def code_name(err: ServingError | p.ApiError) -> str:
+    """The gRPC code of an error: its canonical code's name, as it is (no status between)."""
+    return err.code if isinstance(err, p.ApiError) else err.code.name
+
+
 class Calls:
     """What both services share: admission, timeouts, errors, metrics."""
 
-    def __init__(self, state: ServingState) -> None:
+    def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
+        self.config = config
         self.manager = state.manager
         self.metrics = state.metrics
 
     def timeout(self, context: Context) -> float:
         """Seconds the request may wait and run: --request-timeout or the deadline."""
-        limits = [self.state.config.request_timeout or float("inf")]
+        limits = [self.config.request_timeout or float("inf")]
         remaining = context.time_remaining()
         if remaining is not None:
             limits.append(max(remaining, 0.001))
@@ -143,23 +155,21 @@ class Calls:
         context: Context,
         answer: Callable[[p.Route | None], Any],
     ) -> Any:
-        """Run one RPC: `answer` gives the response or raises ApiError."""
+        """Run one RPC: `answer` gives the response or raises ServingError."""
         started = time.perf_counter()
         target: p.Route | None = None
         cutoff = self.state.cutoff
         try:
             if self.state.draining:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             with cutoff.track():
                 target = route()
                 response = answer(target)
                 if asyncio.iscoroutine(response):
                     response = await response
             code, message = "OK", ""
-        except p.ApiError as err:
-            code, message = err.code, err.message
-        except ServingError as err:
-            code, message = err.code.name, err.message
+        except ERRORS as err:
+            code, message = code_name(err), err.message
         except ConfigError as err:
             code, message = "INVALID_ARGUMENT", str(err)
         except asyncio.CancelledError:
@@ -191,11 +201,11 @@ class Calls:
         cutoff = self.state.cutoff
         try:
             if self.state.draining:
-                raise p.ApiError(503, "Server is shutting down", code="UNAVAILABLE")
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
             admission = self.state.pool.admit()
-        except p.ApiError as err:
-            self.observe(method, err.code, started, None)
-            await abort(context, err.code, err.message)
+        except ERRORS as err:
+            self.observe(method, code_name(err), started, None)
+            await abort(context, code_name(err), err.message)
         try:
             try:
                 with cutoff.track():  # a message still arriving when the grace period ends
@@ -204,17 +214,17 @@ class Calls:
                 if not cutoff.fired:  # the client went away
                     raise
                 cutoff.absorb()
-                request = p.ApiError(503, cutoff.message, code="UNAVAILABLE")
-            except p.ApiError as err:  # arrived after the cut-off
+                request = ServingError(Code.UNAVAILABLE, cutoff.message)
+            except ERRORS as err:  # arrived after the cut-off
                 request = err
             if request is aio.EOF:  # none sent, or none read: cancelled, or too large
                 # (then grpc has already answered RESOURCE_EXHAUSTED itself)
-                request = p.bad_request(f"{method}: no request message was received")
+                request = invalid_argument(f"{method}: no request message was received")
             elif isinstance(request, Undecodable):
-                request = p.bad_request(request.message)
-            if isinstance(request, p.ApiError):
-                self.observe(method, request.code, started, None)
-                await abort(context, request.code, request.message)
+                request = invalid_argument(request.message)
+            if isinstance(request, ERRORS):
+                self.observe(method, code_name(request), started, None)
+                await abort(context, code_name(request), request.message)
             return await handle(request, admission)
         finally:
             admission.close()
@@ -234,11 +244,11 @@ class Calls:
         timeout = self.timeout(context)
         try:
             return await self.state.pool.run(work, timeout, admission)
-        except p.ApiError as err:
-            if err.code == "DEADLINE_EXCEEDED" and timeout < (
-                self.state.config.request_timeout or float("inf")
+        except ERRORS as err:
+            if code_name(err) == "DEADLINE_EXCEEDED" and timeout < (
+                self.config.request_timeout or float("inf")
             ):
-                raise p.ApiError(504, "Deadline Exceeded") from None
+                raise ServingError(Code.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
             raise
 
     def observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:

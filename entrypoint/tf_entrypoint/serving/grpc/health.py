@@ -9,14 +9,11 @@ names "PredictionService" and "ModelService" are SERVING until the drain.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tf_entrypoint.serving.grpc.calls import Context, abort
-
-log = logging.getLogger("tf_entrypoint.serving")
 
 #: Health service names TF Serving itself sets (model_servers/server.cc).
 TF_SERVING_SERVICES = ("PredictionService", "ModelService")

@@ -17,6 +17,7 @@ from tensorflow_serving.apis import (
 from tf_entrypoint.serving.config.model_config import config_from_message
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -51,12 +52,12 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
         async def answer(route: p.Route | None) -> Any:
             config = request.config
             if config.WhichOneof("config") != "model_config_list":
-                raise p.bad_request(
+                raise invalid_argument(
                     "ServerModelConfig type not supported by HandleReloadConfigRequest. "
                     "Only ModelConfigList is currently supported"
                 )
             wanted = config_from_message(config, origin="ReloadConfigRequest", base_dir=Path.cwd())
-            served = self.h.state.config
+            served = self.h.config
             if served.models.path is not None and served.model_config_file_poll_wait > 0:
                 log.warning(
                     "HandleReloadConfigRequest: %s is re-read every %g s "
@@ -88,14 +89,13 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore
                 )
                 raise
             except RuntimeError as err:  # the server stopped (or failed) before applying it
-                raise p.ApiError(
-                    503, f"The new configuration was not applied: {err}", code="UNAVAILABLE"
+                raise ServingError(
+                    Code.UNAVAILABLE, f"The new configuration was not applied: {err}"
                 ) from None
             if errors:  # a broken export: the server is fine, the model is not
-                raise p.ApiError(
-                    500,
+                raise ServingError(
+                    Code.FAILED_PRECONDITION,
                     "The new configuration is applied, but loading failed: " + "; ".join(errors),
-                    code="FAILED_PRECONDITION",
                 )
             response = model_management_pb2.ReloadConfigResponse()
             response.status.error_code = 0

@@ -16,7 +16,6 @@ TF Serving's multi_inference.cc (docs/tf-serving.md).
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -35,10 +34,9 @@ from tf_entrypoint.serving.codec import example_proto, metadata, tensor_proto
 from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.models import Version
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of, route_of_spec
-
-log = logging.getLogger("tf_entrypoint.serving")
 
 
 def signature_def_map(signatures: Mapping[str, p.Signature]) -> Any:
@@ -119,12 +117,12 @@ class PredictionService:
             assert route is not None  # noqa: S101
             fields = list(request.metadata_field)
             if not fields:
-                raise p.bad_request(
+                raise invalid_argument(
                     "GetModelMetadataRequest must specify at least one metadata_field"
                 )
             for field in fields:
                 if field != "signature_def":
-                    raise p.bad_request(f"Metadata field {field} is not supported")
+                    raise invalid_argument(f"Metadata field {field} is not supported")
             with self.h.manager.lease(route) as version:
                 response = get_model_metadata_pb2.GetModelMetadataResponse()
                 _model_spec(response.model_spec, route.model, version.number, "")
@@ -304,7 +302,7 @@ def multi_inference_route(request: Any) -> p.Route:
     """What a MultiInferenceRequest addresses: its first task's ModelSpec (TF Serving's
     GetModelSpecFromRequest; none, or no name, is its "ModelSpec has no name specified.")."""
     if not request.tasks or not request.tasks[0].model_spec.name:
-        raise p.bad_request("ModelSpec has no name specified.")
+        raise invalid_argument("ModelSpec has no name specified.")
     return route_of_spec("multi_inference", request.tasks[0].model_spec)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -112,8 +112,8 @@ class ProfilerHandler(grpc.GenericRpcHandler):
     async def _forward(self, method: str, request: bytes, context: Any) -> bytes:
         if self.upstream is None:
             if self.off:
-                raise p.ApiError(501, self.why, code="UNIMPLEMENTED")
-            raise p.ApiError(503, self.why, code="UNAVAILABLE")
+                raise ServingError(Code.UNIMPLEMENTED, self.why)
+            raise ServingError(Code.UNAVAILABLE, self.why)
         if self._channel is None:  # made on the gRPC server's event loop
             # Answers of any size, as TensorFlow's own profiler clients take them (a
             # ProfileResponse can carry the trace): grpc's default would cut at 4 MiB.
@@ -125,7 +125,7 @@ class ProfilerHandler(grpc.GenericRpcHandler):
             answer: bytes = await call(request, timeout=context.time_remaining())
         except aio.AioRpcError as err:
             code = err.code()
-            raise p.ApiError(500, err.details() or code.name, code=code.name) from None
+            raise ServingError(Code[code.name], err.details() or code.name) from None
         return answer
 
     async def close(self) -> None:

@@ -25,7 +25,7 @@ from tensorflow_serving.apis import (
 
 from tf_entrypoint.serving.config import ServeConfig, channel_args
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 from tf_entrypoint.serving.grpc.calls import Calls, ParseCheck
 from tf_entrypoint.serving.grpc.health import (
@@ -61,8 +61,16 @@ class GrpcServer:
     and gives calls in flight `grace` seconds; :meth:`join` waits for that.
     """
 
-    def __init__(self, state: ServingState) -> None:
+    name = "gRPC"
+
+    def __init__(
+        self, state: ServingCore, config: ServeConfig, ended: Callable[[], None] = lambda: None
+    ) -> None:
         self.state = state
+        self.config = config
+        #: Called when the server stops on its own after start-up, not drained.
+        self._ended = ended
+        self._draining = False
         self.health: Health | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -73,7 +81,7 @@ class GrpcServer:
         self._models: set[str] = set()
 
     def addresses(self) -> list[str]:
-        config = self.state.config
+        config = self.config
         found = []
         if config.grpc_port:
             found.append(f"{config.host}:{config.grpc_port}")
@@ -87,9 +95,12 @@ class GrpcServer:
         self._bound.wait()
         if self._failure is not None:
             raise self._failure
+        log.info("gRPC (TF Serving's PredictionService, ModelService, health) on %s",
+                 ", ".join(self.addresses()))  # fmt: skip
 
     def drain(self) -> None:
         """Start the drain (idempotent; a no-op once the server has stopped)."""
+        self._draining = True
         loop, event = self._loop, self._drain
         if loop is None or event is None:
             return
@@ -100,6 +111,9 @@ class GrpcServer:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def stopped(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
@@ -109,14 +123,16 @@ class GrpcServer:
             self._failure = err
             if self._bound.is_set():  # after start-up: nobody is waiting to hear it
                 log.error("the gRPC server stopped: %s", err, exc_info=err)
+                if not self._draining:
+                    self._ended()
         finally:
             self._bound.set()
             loop.close()
 
     async def _serve(self) -> None:
-        config = self.state.config
+        config = self.config
         self._drain = asyncio.Event()
-        handlers = Calls(self.state)
+        handlers = Calls(self.state, config)
         checks = ParseCheck(
             lambda method, code, started: handlers.observe(method, code, started, None)
         )
@@ -155,7 +171,7 @@ class GrpcServer:
         def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> Any:
             return handlers.call(method, lambda: None, context, lambda _route: forward())
 
-        if not self.state.config.enable_profiler:
+        if not self.config.enable_profiler:
             return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
         try:
             address = profiler.start_tensorflow_profiler()

@@ -24,8 +24,8 @@ from tf_entrypoint.serving.core.batching import (
     Batcher,
     BatchHooks,
     BatchingParameters,
-    acquire_before_deadline,
 )
+from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
 from tf_entrypoint.serving.core.types import Signature
 from tf_entrypoint.serving.model.bundle import Output
 from tf_entrypoint.serving.model.servable import Runner

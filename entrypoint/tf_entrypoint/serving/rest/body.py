@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from typing import TypeVar
 
 from starlette.requests import Request
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, invalid_argument
 
 
 class Body:
@@ -35,32 +30,32 @@ class Body:
 
 
 async def read_body(request: Request, limit: int, timeout: float = 0.0) -> bytes:
-    """The whole body, or ApiError(413) as soon as it is known to exceed `limit`.
+    """The whole body, or a BODY_TOO_LARGE refusal as soon as it is known to exceed `limit`.
 
-    ApiError(408) when it has not all arrived within `timeout` seconds (0: no
+    A BODY_TIMEOUT refusal when it has not all arrived within `timeout` seconds (0: no
     limit): an admitted request holds its place while it is read.
     """
     if timeout:
         try:
             return await asyncio.wait_for(read_body(request, limit), timeout)
         except TIMEOUT_ERRORS:
-            raise p.ApiError(
-                408,
+            raise ServingError(
+                Code.DEADLINE_EXCEEDED,
                 f"Request body not received within {timeout:g} s (--request-timeout)",
-                {"Connection": "close"},
+                refusal=Refusal.BODY_TIMEOUT,
             ) from None
     too_large = f"Request body exceeds the limit of {limit} bytes (--max-body-bytes)"
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise p.bad_request(f"Invalid Content-Length: {p.quote(declared)}")
+            raise invalid_argument(f"Invalid Content-Length: {p.quote(declared)}")
         if int(declared) > limit:
-            raise p.ApiError(413, too_large)
+            raise ServingError(Code.RESOURCE_EXHAUSTED, too_large, refusal=Refusal.BODY_TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise p.ApiError(413, too_large)
+            raise ServingError(Code.RESOURCE_EXHAUSTED, too_large, refusal=Refusal.BODY_TOO_LARGE)
         chunks.append(chunk)
     return b"".join(chunks)

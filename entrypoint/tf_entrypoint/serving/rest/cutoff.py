@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import CutOff, Refused
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
+from tf_entrypoint.serving.core.errors import Code
+from tf_entrypoint.serving.rest.errors import HTTP_STATUS, http_status
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -48,13 +45,13 @@ class CutOffMiddleware:
             with self.cutoff.track():
                 await self.app(scope, receive, sending)
         except Refused as err:  # arrived after the cut-off
-            await _send_error(send, err.status, err.message)
+            await _send_error(send, http_status(err), err.message)
         except asyncio.CancelledError:
             if not self.cutoff.fired:
                 raise
             self.cutoff.absorb()
             if not started:  # else the connection closes mid-answer, as it must
-                await _send_error(send, 503, self.cutoff.message)
+                await _send_error(send, HTTP_STATUS[Code.UNAVAILABLE], self.cutoff.message)
 
 
 async def _send_error(send: Send, status: int, message: str) -> None:

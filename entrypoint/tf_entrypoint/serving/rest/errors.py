@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 
-log = logging.getLogger("tf_entrypoint.serving")
+#: What a request handler catches: the one error type, and ApiError, the
+#: status-based type that the layers not yet converted still raise.
+ERRORS = (ServingError, p.ApiError)
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
-
-
-def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Answer:
-    return Answer(status, encode(body), headers or {})
-
-
-#: TF Serving's mapping of canonical codes to HTTP statuses (model_servers/http_server.cc).
+#: A code -> its HTTP status: TF Serving's ToHTTPStatusCode (model_servers/http_server.cc).
 HTTP_STATUS = {
     Code.OK: 200,
     Code.CANCELLED: 499,
+    Code.UNKNOWN: 500,
     Code.INVALID_ARGUMENT: 400,
     Code.DEADLINE_EXCEEDED: 504,
     Code.NOT_FOUND: 404,
@@ -43,15 +31,62 @@ HTTP_STATUS = {
     Code.ABORTED: 409,
     Code.OUT_OF_RANGE: 400,
     Code.UNIMPLEMENTED: 501,
+    Code.INTERNAL: 500,
     Code.UNAVAILABLE: 503,
+    Code.DATA_LOSS: 500,
     Code.UNAUTHENTICATED: 401,
+}
+#: This server's own answers to refusals (docs/robustness.md): the body over
+#: --max-body-bytes, the body not received in time, the server at capacity
+#: (503 with Retry-After, so that clients and load balancers retry).
+REFUSAL_STATUS = {
+    Refusal.BODY_TOO_LARGE: 413,
+    Refusal.BODY_TIMEOUT: 408,
+    Refusal.AT_CAPACITY: 503,
 }
 
 
-def error_answer(err: p.ApiError | ServingError) -> Answer:
-    if isinstance(err, ServingError):
-        return answer(HTTP_STATUS.get(err.code, 500), p.error_body(err.message))
-    return answer(err.status, p.error_body(err.message), err.headers)
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+    #: The canonical code the metrics count (never derived from `status`).
+    code: str = "OK"
+
+
+def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Answer:
+    return Answer(status, encode(body), headers or {})
+
+
+def http_status(err: ServingError | p.ApiError) -> int:
+    """The HTTP status of an error: its refusal's, else its code's in TF Serving's table."""
+    if isinstance(err, p.ApiError):  # transitional: ApiError carries its status
+        return err.status
+    if err.refusal is not None:
+        return REFUSAL_STATUS[err.refusal]
+    return HTTP_STATUS.get(err.code, 500)
+
+
+def error_headers(err: ServingError | p.ApiError) -> dict[str, str]:
+    if isinstance(err, p.ApiError):
+        return dict(err.headers)
+    headers = {}
+    if err.retry_after is not None:
+        headers["Retry-After"] = f"{err.retry_after:g}"
+    if err.refusal is Refusal.BODY_TIMEOUT:  # what is left of the body is not read
+        headers["Connection"] = "close"
+    return headers
+
+
+def code_name(err: ServingError | p.ApiError) -> str:
+    return err.code if isinstance(err, p.ApiError) else err.code.name
+
+
+def error_answer(err: ServingError | p.ApiError) -> Answer:
+    """An error as TF Serving's JSON answer, with its status, headers and code."""
+    body = encode(p.error_body(err.message))
+    return Answer(http_status(err), body, error_headers(err), code_name(err))
 
 
 def respond(result: Answer) -> Response:

@@ -11,34 +11,31 @@ at once (docs/robustness.md, "Memory per request").
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from collections.abc import Callable
 
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
+from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
-from tf_entrypoint.serving.core.serving_core import ServingState
+from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, read_body
-from tf_entrypoint.serving.rest.errors import Answer, answer, error_answer, respond
+from tf_entrypoint.serving.rest.errors import ERRORS, Answer, answer, error_answer, respond
 from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-T = TypeVar("T")
 
 #: A REST verb -> the `API` label of TF Serving's runtime_latency.
 _RUNTIME_APIS = {
@@ -52,7 +49,7 @@ def status(manager: Manager, route: p.Route) -> Answer:
     """GET /v1/models/NAME[/versions/N|/labels/L]."""
     try:
         return answer(200, p.status_body(manager.status(route)))
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -61,7 +58,7 @@ def metadata(manager: Manager, route: p.Route) -> Answer:
     try:
         with manager.lease(route) as version:
             return Answer(200, version.metadata, {})
-    except p.ApiError as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -98,7 +95,7 @@ def predict(
     """
     try:
         if route.kind != "predict":
-            raise p.bad_request(f"{route.kind} is not a predict request")
+            raise invalid_argument(f"{route.kind} is not a predict request")
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
@@ -114,7 +111,7 @@ def predict(
             del inputs
         with limits.slot():
             return Answer(200, json_tensor.predict_json(request_format, outputs), {})
-    except (p.ApiError, ServingError) as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
@@ -132,7 +129,7 @@ def classify_or_regress(
     """
     try:
         if route.kind not in ("classify", "regress"):
-            raise p.bad_request(f"{route.kind} is not a classify or regress request")
+            raise invalid_argument(f"{route.kind} is not a classify or regress request")
         with limits.slot():
             request = json_examples.parse_examples_request(body.take(), limit=limits.expansion)
         with manager.lease(route) as version:
@@ -151,15 +148,16 @@ def classify_or_regress(
             if route.kind == "classify":
                 return Answer(200, json_examples.classify_json(classes), {})
             return answer(200, json_examples.regress_response(values))
-    except (p.ApiError, ServingError) as err:
+    except ERRORS as err:
         return error_answer(err)
 
 
 class Endpoints:
-    """The request handlers of one application, around its ServingState."""
+    """The request handlers of one application, around its ServingCore."""
 
-    def __init__(self, state: ServingState) -> None:
+    def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
+        self.config = config
         self.metrics = state.metrics
 
     async def anything(self, request: Request) -> Response:
@@ -169,7 +167,7 @@ class Endpoints:
         raise HTTPException(404)
 
     async def v1(self, request: Request) -> Response:
-        state, config, manager = self.state, self.state.config, self.state.manager
+        state, config, manager = self.state, self.config, self.state.manager
         started = time.perf_counter()
         api = "other"
         route: p.Route | None = None
@@ -202,10 +200,10 @@ class Endpoints:
                     state.limits,
                 )
                 result = await state.pool.run(work, config.request_timeout, admission)
-        except p.ApiError as err:
+        except ERRORS as err:
             result = error_answer(err)
         except ClientDisconnect:
-            result = Answer(499, b"", {})
+            result = Answer(499, b"", {}, "CANCELLED")
         seconds = time.perf_counter() - started
         model = state.model_label(route)
         self.metrics.observe(api, result.status, seconds, model)
@@ -214,7 +212,7 @@ class Endpoints:
             # TF Serving's `method`: the verb of a POST, "" for GETs and bad paths.
             route.kind if route is not None and route.kind in _RUNTIME_APIS else "",
             monitoring.ENTRYPOINT_REST,
-            monitoring.status_name(result.status),
+            result.code,
             seconds,
         )
         return respond(result)
@@ -238,7 +236,7 @@ class Endpoints:
             for name in pending:
                 try:
                     state.manager.check(p.Route("predict", name))
-                except p.ApiError as err:
+                except ERRORS as err:
                     reasons[name] = err.message
             return self._timed(
                 "health", answer(503, {"status": "loading", "waiting_for": reasons, **body})
@@ -272,13 +270,3 @@ class Endpoints:
         return self._timed(
             "other", answer(500, p.error_body(f"Internal error: {type(exc).__name__}"))
         )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.state.start()
-        try:
-            yield
-        finally:
-            self.state.stop.set()
-            if not self.state.shared_shutdown:
-                self.state.close()

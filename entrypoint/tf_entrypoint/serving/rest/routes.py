@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import urllib.parse
-from typing import TypeVar
 
 from starlette.requests import Request
 
 from tf_entrypoint.serving.core import types as p
-
-log = logging.getLogger("tf_entrypoint.serving")
-
-T = TypeVar("T")
+from tf_entrypoint.serving.core.errors import invalid_argument
 
 # TF Serving's URL grammar (http_rest_api_util.cc), matched, as there, on the
 # path as sent (still percent-encoded); the model name and label are decoded
@@ -42,7 +37,7 @@ def _version(text: str | None) -> int | None:
     digits = text.lstrip("0")
     if len(digits) > len(str(_INT64_MAX)) or int(digits or "0") > _INT64_MAX:
         shown = text if len(text) <= p.MAX_QUOTED else text[: p.MAX_QUOTED - 3] + "..."
-        raise p.bad_request(f"Failed to convert version: {shown} to numeric.")
+        raise invalid_argument(f"Failed to convert version: {shown} to numeric.")
     return int(digits or "0")
 
 
@@ -72,10 +67,10 @@ def parse_route(method: str, path: str) -> p.Route:
         if match:
             name, version, label, metadata = match.groups()
             if not name:
-                raise p.bad_request("Missing model name in request.")
+                raise invalid_argument("Missing model name in request.")
             kind = "metadata" if metadata else "status"
             return p.Route(kind, _decoded(name) or "", _version(version), _decoded(label))
-    raise p.bad_request(f"Malformed request: {method} {p.quote(path)}")
+    raise invalid_argument(f"Malformed request: {method} {p.quote(path)}")
 
 
 def path_as_sent(request: Request) -> str:

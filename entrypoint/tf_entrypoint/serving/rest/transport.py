@@ -1,36 +1,44 @@
-"""The REST transport: uvicorn serving the Starlette app (rest/app.py).
+"""The REST transport: uvicorn serving the Starlette app (rest/app.py) on its own thread.
 
-uvicorn drains on its own when :meth:`RestServer.handle_exit` is called (a
-signal): it stops accepting, closes idle keep-alive connections and waits for
-the requests in flight; those still running at the end of the grace period
-are answered 503 by the cut-off (rest/cutoff.py).
+:meth:`RestTransport.start` returns once uvicorn listens (OSError when it
+cannot: the port is taken, the lifespan failed; uvicorn has logged why).
+:meth:`RestTransport.drain` makes uvicorn stop accepting, close idle
+keep-alive connections and wait for the requests in flight; those still
+running at the end of the grace period are answered 503 by the cut-off
+(rest/cutoff.py). Signals are the server's (main): uvicorn installs none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import threading
 from collections.abc import Callable, Iterator
-from types import FrameType
+from typing import Any
 
 import uvicorn
-from starlette.applications import Starlette
 
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
+from tf_entrypoint.serving.core.serving_core import ServingCore
+from tf_entrypoint.serving.rest.app import create_app
 from tf_entrypoint.serving.rest.http_limits import uvicorn_options
 
+log = logging.getLogger("tf_entrypoint.serving")
 
-class RestServer(uvicorn.Server):
-    """uvicorn's server, telling the server when shutdown starts (`begin`, with the signal)."""
 
-    def __init__(self, config: uvicorn.Config, begin: Callable[[int | None], None]) -> None:
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, without signal handlers, telling when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
-        self.begin = begin
+        #: Set once it listens, or once it has given up starting.
+        self.settled = threading.Event()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        """The server's own handlers (main) stay and call handle_exit.
+        """The server's own handlers (main) start the drain, which calls drain().
 
         uvicorn's would re-raise the signal that stopped it once it has shut
         down, which with Python's defaults turns a clean drain into "killed
@@ -38,32 +46,74 @@ class RestServer(uvicorn.Server):
         """
         yield
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.begin(sig)
-        # A second signal ends the grace period now (main's drain): the calls
-        # still running are answered 503, and uvicorn's own answer to a second
-        # SIGINT (force_exit: drop them unanswered) is not wanted.
-        if not self.should_exit:
-            super().handle_exit(sig, frame)
+    async def startup(self, sockets: Any = None) -> None:
+        try:
+            await super().startup(sockets)
+        finally:
+            self.settled.set()
 
 
-def rest_server(
-    app: Starlette, config: ServeConfig, begin: Callable[[int | None], None]
-) -> RestServer:
-    """uvicorn on --rest_api_port, serving `app`; `begin` starts the drain on a signal."""
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.rest_port,
-        lifespan="on",
-        log_config=None,  # the server's own (main)
-        log_level=config.log_level,
-        access_log=config.access_log,
-        # A backstop never reached: requests still running when the
-        # grace period ends are answered 503 by the cut-off (drain.py)
-        # before uvicorn would cancel them (a 500 and a traceback).
-        timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
-        server_header=False,
-        **uvicorn_options(),  # a request's line and headers are bounded too
-    )
-    return RestServer(uv_config, begin)
+class RestTransport:
+    """TF Serving's REST API (and /healthz, /readyz, /metrics) on --rest_api_port."""
+
+    name = "REST"
+
+    def __init__(
+        self, core: ServingCore, config: ServeConfig, ended: Callable[[], None] = lambda: None
+    ) -> None:
+        self.config = config
+        self.app = create_app(core, config, owns_core=False)
+        self._server = _Uvicorn(
+            uvicorn.Config(
+                self.app,
+                host=config.host,
+                port=config.rest_port,
+                lifespan="on",
+                log_config=None,  # the server's own (main)
+                log_level=config.log_level,
+                access_log=config.access_log,
+                # A backstop never reached: requests still running when the
+                # grace period ends are answered 503 by the cut-off (drain.py)
+                # before uvicorn would cancel them (a 500 and a traceback).
+                timeout_graceful_shutdown=math.ceil(config.grace_period + EXIT_MARGIN) + 1,
+                server_header=False,
+                **uvicorn_options(),  # a request's line and headers are bounded too
+            )
+        )
+        #: Called when uvicorn stops on its own, not drained: the server stops too.
+        self._ended = ended
+        self._draining = False
+        self._thread: threading.Thread | None = None
+
+    def addresses(self) -> list[str]:
+        return [f"{self.config.host}:{self.config.rest_port}"]
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rest", daemon=True)
+        self._thread.start()
+        self._server.settled.wait()
+        if not self._server.started:
+            self._thread.join()
+            raise OSError(f"cannot serve REST on {', '.join(self.addresses())}")
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as err:
+            if self._server.started:
+                log.error("the REST server stopped: %s", err, exc_info=err)
+        finally:
+            self._server.settled.set()
+            if self._server.started and not self._draining:
+                self._ended()
+
+    def drain(self) -> None:
+        self._draining = True
+        self._server.should_exit = True  # read by uvicorn's main loop every 0.1 s
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def stopped(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()

@@ -1,0 +1,70 @@
+"""A request's deadline as seen on a worker: the request timeout counts time queued.
+
+The transports give a request its deadline (--request-timeout or the
+client's, whichever is sooner); :func:`run_with_deadline` makes it visible to
+the code the worker runs, so that a request still waiting (for a batch, for
+a turn alone, for a JSON conversion slot) when it passes is withdrawn with
+its 504 / DEADLINE_EXCEEDED instead of running late.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from tf_entrypoint.serving.core.errors import Code, ServingError
+
+R = TypeVar("R")
+
+_local = threading.local()
+
+
+#: The 504's text for a request withdrawn from the queue, unless the caller set one.
+QUEUED_TOO_LONG = "Request timed out while queued for a batch"
+
+
+def run_with_deadline(deadline: float | None, work: Callable[[], R], expired: str = "") -> R:
+    """Run `work` with `deadline` (time.monotonic()) visible to :meth:`Batcher.submit`.
+
+    `expired`: the 504's text when the deadline passes while queued (the
+    same as the caller's own timeout answer, whichever comes first).
+    """
+    _local.deadline, _local.expired = deadline, expired
+    try:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise expired_error()  # waited for a worker until too late: never starts
+        return work()
+    finally:
+        _local.deadline, _local.expired = None, ""
+
+
+def current_deadline() -> float | None:
+    deadline: float | None = getattr(_local, "deadline", None)
+    return deadline
+
+
+def expired_error() -> ServingError:
+    """The 504 for the calling request, withdrawn because its deadline passed while waiting."""
+    return ServingError(Code.DEADLINE_EXCEEDED, expired_text())
+
+
+def expired_text() -> str:
+    expired: str = getattr(_local, "expired", "") or QUEUED_TOO_LONG
+    return expired
+
+
+def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
+    """Take `semaphore` before the calling request's deadline, or raise its 504.
+
+    For calls that run alone with batching on: a request that is still
+    waiting for its turn when its deadline passes is withdrawn (it never
+    runs, and its worker thread and admission slot are freed at once).
+    """
+    deadline = current_deadline()
+    remaining = None if deadline is None else deadline - time.monotonic()
+    if remaining is not None and remaining <= 0:
+        raise expired_error()
+    if not semaphore.acquire(timeout=remaining):
+        raise expired_error()
