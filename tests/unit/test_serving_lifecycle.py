@@ -20,7 +20,7 @@ from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.core import manager as manager_module
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import ConfigError
+from tf_entrypoint.serving.core.errors import Code, ConfigError, ServingError
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_specs import (
@@ -148,10 +148,10 @@ def test_a_retired_version_finishes_its_requests_before_it_is_unloaded(tmp_path:
         assert states(manager) == {2: AVAILABLE, 1: UNLOADING}
         assert running.servable is not None
         assert sample(metrics, "serving_model_unloads_total", model="m", result="success") == 0
-        with pytest.raises(p.ApiError) as gone:
+        with pytest.raises(ServingError) as gone:
             manager.check(route(version=1))
-        assert (gone.value.status, gone.value.message) == (
-            404,
+        assert (gone.value.code, gone.value.message) == (
+            Code.NOT_FOUND,
             "Servable not found for request: Specific(m, 1)",
         )
     assert states(manager) == {2: AVAILABLE, 1: END}
@@ -270,16 +270,16 @@ def test_labels_resolve_like_tf_serving(tmp_path: Path) -> None:
     manager.initial_load(1, lambda: False)
     assert served(manager, p.Route("predict", "m", None, "stable")) == 1
     assert served(manager, p.Route("predict", "m", None, "canary")) == 2
-    with pytest.raises(p.ApiError) as unknown:
+    with pytest.raises(ServingError) as unknown:
         manager.check(p.Route("predict", "m", None, "nope"))
-    assert (unknown.value.status, unknown.value.message) == (
-        400,
+    assert (unknown.value.code, unknown.value.message) == (
+        Code.INVALID_ARGUMENT,
         "Unrecognized servable version label: nope",
     )
-    with pytest.raises(p.ApiError) as unavailable:
+    with pytest.raises(ServingError) as unavailable:
         manager.check(p.Route("predict", "m", None, "future"))
-    assert (unavailable.value.status, unavailable.value.message) == (
-        404,
+    assert (unavailable.value.code, unavailable.value.message) == (
+        Code.NOT_FOUND,
         "Servable not found for request: Specific(m, 9)",
     )
     # TF Serving's status API ignores a label: every version is listed.
@@ -297,9 +297,9 @@ def test_the_config_adds_changes_and_removes_models_live(tmp_path: Path) -> None
         assert manager.readiness() == ([], {"b": []})  # added live: not a reason to be unready
         manager.sync()
         assert manager.readiness() == ([], {"b": [1]})
-        with pytest.raises(p.ApiError) as gone:
+        with pytest.raises(ServingError) as gone:
             manager.check(route(name="a"))
-        assert gone.value.status == 404
+        assert gone.value.code == Code.NOT_FOUND
         assert held.state == UNLOADING
         assert held.servable is not None
     assert held.state == END
@@ -355,10 +355,10 @@ def test_while_loading_requests_get_503_and_status_says_loading(tmp_path: Path) 
     while states_or_none(manager) != {1: LOADING} and time.monotonic() < deadline:
         time.sleep(0.01)
     assert states(manager) == {1: LOADING}
-    with pytest.raises(p.ApiError) as loading:
+    with pytest.raises(ServingError) as loading:
         manager.check(route())
-    assert loading.value.status == 503
-    assert loading.value.headers == {"Retry-After": "1"}
+    assert loading.value.code == Code.UNAVAILABLE
+    assert loading.value.retry_after == 1
     assert manager.readiness() == (["m"], {"m": []})
     release.set()
     thread.join(5)
@@ -385,36 +385,36 @@ def test_until_the_start_up_models_load_not_found_is_unavailable(tmp_path: Path)
     try:
         assert wait_until(lambda: served_or_none(manager) == 1)  # m serves, n loads
         for missing in (route(name="missing"), route(version=7)):
-            with pytest.raises(p.ApiError) as starting:
+            with pytest.raises(ServingError) as starting:
                 manager.check(missing)
-            assert (starting.value.status, starting.value.code) == (503, "UNAVAILABLE")
+            assert starting.value.code == Code.UNAVAILABLE
             assert starting.value.message == (
                 "The server is starting: model(s) n of its configuration are not available "
                 "yet; retry later"
             )
             assert "Servable" not in starting.value.message
-            assert starting.value.headers == {"Retry-After": "1"}
+            assert starting.value.retry_after == 1
     finally:
         release.set()
         thread.join(30)
     assert served(manager, route(name="n")) == 1
-    with pytest.raises(p.ApiError) as missing_model:
+    with pytest.raises(ServingError) as missing_model:
         manager.check(route(name="missing"))
-    assert (missing_model.value.status, missing_model.value.message) == (
-        404,
+    assert (missing_model.value.code, missing_model.value.message) == (
+        Code.NOT_FOUND,
         "Servable not found for request: Latest(missing)",
     )
     # For good: a start-up model that later has no version does not bring it back.
     manager.apply(ServingConfig((spec(tmp_path),)))
-    with pytest.raises(p.ApiError) as after:
+    with pytest.raises(ServingError) as after:
         manager.check(route(version=7))
-    assert after.value.status == 404
+    assert after.value.code == Code.NOT_FOUND
 
 
 def states_or_none(manager: Manager) -> dict[int, str] | None:
     try:
         return states(manager)
-    except p.ApiError:
+    except ServingError:
         return None
 
 
@@ -475,7 +475,7 @@ def test_swaps_under_concurrent_requests_never_fail_a_request(tmp_path: Path, ke
                     )
                     with lock:
                         answers[int(result["y"].values[0])] += 1
-            except p.ApiError as err:
+            except (p.ApiError, ServingError) as err:
                 failures.append(err.message)
 
     threads = [threading.Thread(target=client, args=(index < 4,)) for index in range(8)]
@@ -544,7 +544,7 @@ def test_submitted_configs_apply_on_the_control_thread(tmp_path: Path) -> None:
         errors = manager.submit(ServingConfig((spec(tmp_path, name="b"),))).done.result(timeout=10)
         assert errors == []
         assert served(manager, route(name="b")) == 1
-        with pytest.raises(p.ApiError, match=r"Servable not found for request: Latest\(a\)"):
+        with pytest.raises(ServingError, match=r"Servable not found for request: Latest\(a\)"):
             served(manager, route(name="a"))
         failed = manager.submit(ServingConfig((spec(tmp_path, name="c"),))).done.result(timeout=10)
         assert len(failed) == 1
@@ -784,7 +784,7 @@ def wait_until(check: Callable[[], bool], timeout: float = 30) -> bool:
 def served_or_none(manager: Manager, r: p.Route | None = None) -> int | None:
     try:
         return served(manager, r)
-    except p.ApiError:
+    except ServingError:
         return None
 
 
@@ -898,7 +898,7 @@ def test_an_accepted_reload_is_applied_even_when_its_call_gives_up(tmp_path: Pat
         # The call's time runs out: asyncio's wait_for cancels the future it waited on.
         assert submission.done.cancel()
         late = submission.late(2)
-        assert (late.status, late.code) == (504, "DEADLINE_EXCEEDED")
+        assert late.code == Code.DEADLINE_EXCEEDED
         assert late.message.startswith("The new configuration is not applied yet")
         release.set()
         assert wait_until(lambda: served_or_none(manager, route(name="b")) == 1)

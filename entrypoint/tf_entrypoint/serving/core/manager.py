@@ -20,8 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from tf_entrypoint.serving.core import repository
-from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import Code, ConfigError
+from tf_entrypoint.serving.core.errors import Code, ConfigError, ServingError
 from tf_entrypoint.serving.core.model_specs import (
     ServingConfig,
     Specific,
@@ -521,17 +520,17 @@ class Submission:
         self.applied = threading.Event()
         self.done: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
 
-    def late(self, seconds: float) -> p.ApiError:
+    def late(self, seconds: float) -> ServingError:
         """The answer (DEADLINE_EXCEEDED) when `seconds` passed before `done`: truthfully,
         whether the configuration is applied or still queued."""
         if self.applied.is_set():
-            return p.ApiError(
-                504,
+            return ServingError(
+                Code.DEADLINE_EXCEEDED,
                 "The new configuration is applied, but its versions did not finish loading "
                 f"within {seconds:g} s; GetModelStatus shows their progress",
             )
-        return p.ApiError(
-            504,
+        return ServingError(
+            Code.DEADLINE_EXCEEDED,
             f"The new configuration is not applied yet: within {seconds:g} s the model "
             "manager did not get to it (it is busy loading versions or reading the model "
             "store); it stays queued and is applied when the manager is free; "

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import Code
+from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.model_specs import ModelSpec
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
@@ -133,7 +133,7 @@ class Models:
 
     @contextmanager
     def lease(self, route: p.Route) -> Iterator[Version]:
-        """The version `route` addresses, kept loaded until the block ends (ApiError if none)."""
+        """The version `route` addresses, kept loaded until the block ends (else ServingError)."""
         with self._lock:
             version = self._find(route)
             version.in_flight += 1
@@ -147,15 +147,15 @@ class Models:
                 self._finish_unload(version)
 
     def check(self, route: p.Route) -> None:
-        """ApiError now if `route` addresses nothing servable (before queueing a predict)."""
+        """ServingError now if `route` addresses nothing servable (before queueing a predict)."""
         with self._lock:
             self._find(route)
 
     def _find(self, route: p.Route) -> Version:
         try:
             return self._lookup(route)
-        except p.ApiError as err:
-            if err.status == 404 and not self._started():
+        except ServingError as err:
+            if err.code == Code.NOT_FOUND and not self._started():
                 raise self._starting() from None
             raise
 
@@ -166,7 +166,7 @@ class Models:
             self._up = not self._pending()
         return self._up
 
-    def _starting(self) -> p.ApiError:
+    def _starting(self) -> ServingError:
         """What a request that would be NOT_FOUND gets while the start-up models load.
 
         TF Serving builds its gRPC and HTTP servers only once the start-up
@@ -178,23 +178,27 @@ class Models:
         open at once (for health and status); a request that would be NOT_FOUND
         is answered UNAVAILABLE until the start-up models are loaded.
         """
-        return p.ApiError(
-            503,
+        return ServingError(
+            Code.UNAVAILABLE,
             f"The server is starting: model(s) {', '.join(sorted(self._pending()))} of its "
             "configuration are not available yet; retry later",
-            {"Retry-After": "1"},
+            retry_after=RETRY_AFTER,
         )
 
     def _lookup(self, route: p.Route) -> Version:
         model = self._models.get(route.model)
         if model is None:
-            raise p.ApiError(404, f"Servable not found for request: {p.servable_request(route)}")
+            raise ServingError(
+                Code.NOT_FOUND, f"Servable not found for request: {p.servable_request(route)}"
+            )
         serving = model.serving
         wanted = route.version
         if route.label is not None:
             labelled = model.spec.labels.get(route.label)
             if labelled is None:
-                raise p.bad_request(f"Unrecognized servable version label: {route.label}")
+                raise ServingError(
+                    Code.INVALID_ARGUMENT, f"Unrecognized servable version label: {route.label}"
+                )
             wanted = labelled
         if not serving:
             raise self._unavailable(model)
@@ -203,30 +207,32 @@ class Models:
         for version in serving:
             if version.number == wanted:
                 return version
-        raise p.ApiError(
-            404, f"Servable not found for request: Specific({model.spec.name}, {wanted})"
+        raise ServingError(
+            Code.NOT_FOUND, f"Servable not found for request: Specific({model.spec.name}, {wanted})"
         )
 
     @staticmethod
-    def _unavailable(model: Model) -> p.ApiError:
+    def _unavailable(model: Model) -> ServingError:
         name = model.spec.name
         versions = sorted(model.versions.values(), key=lambda v: v.number)
         if any(v.state in (START, LOADING) for v in versions):
             reason = "loading"
         elif versions and versions[-1].error:
-            return p.ApiError(
-                503,
+            return ServingError(
+                Code.UNAVAILABLE,
                 f"Model {name} has no available version: {versions[-1].error}",
-                {"Retry-After": "1"},
+                retry_after=RETRY_AFTER,
             )
         else:
             reason = f"waiting for a version in {model.spec.base_path}"
-        return p.ApiError(
-            503, f"Model {name} is not available yet ({reason}); retry later", {"Retry-After": "1"}
+        return ServingError(
+            Code.UNAVAILABLE,
+            f"Model {name} is not available yet ({reason}); retry later",
+            retry_after=RETRY_AFTER,
         )
 
     def status(self, route: p.Route) -> list[p.VersionStatus]:
-        """Every version's state, newest first (one with route.version), or ApiError(404).
+        """Every version's state, newest first (one with route.version), or ServingError(NOT_FOUND).
 
         As in TF Serving, a label in the request is ignored: all versions are listed.
         """
@@ -236,11 +242,13 @@ class Models:
         if route.version is not None:
             known = [s for s in known if s.version == route.version]
             if not known:
-                raise p.ApiError(
-                    404, f"Could not find version {route.version} of model {route.model}"
+                raise ServingError(
+                    Code.NOT_FOUND, f"Could not find version {route.version} of model {route.model}"
                 )
         if not known:
-            raise p.ApiError(404, f"Could not find any versions of model {route.model}")
+            raise ServingError(
+                Code.NOT_FOUND, f"Could not find any versions of model {route.model}"
+            )
         return sorted(known, key=lambda s: s.version, reverse=True)
 
     def readiness(self) -> tuple[list[str], dict[str, list[int]]]:
