@@ -19,12 +19,12 @@ from tests.unit.fake_servable import FakeServable
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.servable import Loader
 from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
-from tf_entrypoint.serving.rest.errors import Answer, http_status
+from tf_entrypoint.serving.rest.errors import Answer, error_answer, http_status
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
 STR = p.TensorSpec("DT_STRING", (-1,))
@@ -570,15 +570,19 @@ def test_canonical_codes_are_numbered_as_grpcs() -> None:
     import grpc  # noqa: PLC0415
 
     by_number = sorted(grpc.StatusCode, key=lambda code: code.value[0])
-    assert [code.name for code in by_number] == list(p.CODE_NAMES)
-    assert [p.code_name(code.value[0]) for code in by_number] == list(p.CODE_NAMES)
-    assert p.code_name(99) == "UNKNOWN"
-    # Each HTTP status TF Serving maps a code to comes back to that code.
-    for status, code in ((400, "INVALID_ARGUMENT"), (404, "NOT_FOUND"), (503, "UNAVAILABLE"),
-                         (504, "DEADLINE_EXCEEDED"), (429, "RESOURCE_EXHAUSTED"),
-                         (501, "UNIMPLEMENTED"), (500, "INTERNAL")):  # fmt: skip
-        assert p.ApiError(status, "m").code == code
-    assert p.ApiError(400, "m", code="FAILED_PRECONDITION").code == "FAILED_PRECONDITION"
+    assert [(code.name, code.value[0]) for code in by_number] == [(c.name, c.value) for c in Code]
+    assert [Code.of(code.value[0]).name for code in by_number] == [c.name for c in Code]
+    assert Code.of(99) is Code.UNKNOWN
+    # Each code TF Serving maps to an HTTP status keeps that status (and the
+    # code is never recovered from the status: the error carries it).
+    for status, code in ((400, Code.INVALID_ARGUMENT), (404, Code.NOT_FOUND),
+                         (503, Code.UNAVAILABLE), (504, Code.DEADLINE_EXCEEDED),
+                         (429, Code.RESOURCE_EXHAUSTED), (501, Code.UNIMPLEMENTED),
+                         (500, Code.INTERNAL)):  # fmt: skip
+        answer = error_answer(ServingError(code, "m"))
+        assert (answer.status, answer.code) == (status, code.name)
+    answer = error_answer(ServingError(Code.FAILED_PRECONDITION, "m"))
+    assert (answer.status, answer.code) == (400, "FAILED_PRECONDITION")
 
 
 def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:

@@ -245,16 +245,6 @@ def test_prometheus_parses_the_page() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("code", "name"),
-    [(200, "OK"), (400, "INVALID_ARGUMENT"), (404, "NOT_FOUND"), (413, "RESOURCE_EXHAUSTED"),
-     (499, "CANCELLED"), (500, "INTERNAL"), (503, "UNAVAILABLE"), (504, "DEADLINE_EXCEEDED"),
-     (418, "UNKNOWN")],
-)  # fmt: skip
-def test_http_status_names(code: int, name: str) -> None:
-    assert monitoring.status_name(code) == name
-
-
 # -- load and warm-up metrics from the lifecycle manager
 
 

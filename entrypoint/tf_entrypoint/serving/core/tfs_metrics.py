@@ -19,8 +19,6 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from tf_entrypoint.serving.core import types as p
-
 #: The page's Content-Type in TF Serving (http_server.cc ProcessPrometheusRequest).
 CONTENT_TYPE = "text/plain"
 
@@ -47,12 +45,6 @@ RUNTIME_API_REGRESS = "Regress"
 #: The `runtime` label: TF Serving's "TF1" is TensorFlow's standard runtime
 #: (as opposed to "TFRT"), the one this server's SavedModel functions run on.
 RUNTIME = "TF1"
-
-
-def status_name(http_status: int) -> str:
-    """The canonical status name (`OK`, `NOT_FOUND`, ...) of an HTTP answer: the
-    inverse of TF Serving's mapping, shared with gRPC (protocol.status_code)."""
-    return p.status_code(http_status)
 
 
 # -- TensorFlow-style metrics

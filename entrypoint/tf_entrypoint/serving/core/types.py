@@ -2,8 +2,7 @@
 tensors, signatures, routes, statuses (docs/architecture.md, ``core/``).
 
 No TensorFlow, no NumPy, no web framework: the JSON codecs are in ``codec/``
-(json_values.py, json_tensor.py). :class:`ApiError` (an HTTP status and a
-message) is transitional: the one error type is ``core/errors.ServingError``.
+(json_values.py, json_tensor.py); the one error type is ``core/errors.ServingError``.
 """
 
 from __future__ import annotations
@@ -22,71 +21,6 @@ REGRESS_METHOD = "tensorflow/serving/regress"
 MAX_QUOTED = 200
 
 Kind = Literal["status", "metadata", "predict", "classify", "regress", "multi_inference"]
-
-
-class ApiError(Exception):
-    """A request that cannot be answered: HTTP status + TF Serving-style message.
-
-    `code` is the canonical status (gRPC's name, e.g. "FAILED_PRECONDITION") where
-    the HTTP status alone does not say it; else it follows from the status
-    (:func:`status_code`).
-    """
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        headers: Mapping[str, str] | None = None,
-        *,
-        code: str | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
-        self.code = code or status_code(status)
-
-
-#: HTTP status -> canonical code: the inverse of TF Serving's mapping
-#: (model_servers/http_server.cc), with 413 and 429 as RESOURCE_EXHAUSTED.
-_CODE_OF_STATUS = {
-    200: "OK",
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    408: "DEADLINE_EXCEEDED",
-    409: "ABORTED",
-    413: "RESOURCE_EXHAUSTED",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-#: Canonical codes by number (TensorFlow's error codes are gRPC's).
-CODE_NAMES = (
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED",
-)  # fmt: skip
-
-
-def code_name(number: int) -> str:
-    """A TensorFlow/gRPC status code's name (UNKNOWN for a number out of range)."""
-    return CODE_NAMES[number] if 0 <= number < len(CODE_NAMES) else "UNKNOWN"
-
-
-def status_code(status: int) -> str:
-    """The canonical code (gRPC's name) of an HTTP status, as TF Serving maps them."""
-    return _CODE_OF_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
-
-
-def bad_request(message: str) -> ApiError:
-    return ApiError(400, message)
 
 
 # --------------------------------------------------------------------------

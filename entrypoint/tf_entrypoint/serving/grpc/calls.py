@@ -120,14 +120,13 @@ def route_of_spec(kind: p.Kind, spec: Any) -> p.Route:
     return p.Route(kind, spec.name, version, label)
 
 
-#: What a call's frame catches: the one error type, and ApiError, the
-#: status-based type that the layers not yet converted still raise.
-ERRORS = (ServingError, p.ApiError)
+#: What a call's frame catches: the one error type.
+ERRORS = (ServingError,)
 
 
-def code_name(err: ServingError | p.ApiError) -> str:
+def code_name(err: ServingError) -> str:
     """The gRPC code of an error: its canonical code's name, as it is (no status between)."""
-    return err.code if isinstance(err, p.ApiError) else err.code.name
+    return err.code.name
 
 
 class Calls:

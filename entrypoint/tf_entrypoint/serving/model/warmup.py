@@ -18,7 +18,7 @@ import tensorflow as tf
 from tf_entrypoint.serving.codec import example_proto, tensor_proto
 from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core.errors import ServingError
-from tf_entrypoint.serving.core.types import DEFAULT_SIGNATURE, ApiError, Tensor
+from tf_entrypoint.serving.core.types import DEFAULT_SIGNATURE, Tensor
 from tf_entrypoint.serving.model.bundle import log, quiet
 from tf_entrypoint.serving.model.servable import FLOATS, TensorFlowServable
 
@@ -32,8 +32,8 @@ _ZEROABLE = frozenset(
      "DT_UINT32", "DT_UINT64", "DT_BOOL", "DT_STRING"}
 ) | FLOATS  # fmt: skip
 _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(FLOATS, 0.0)}
-#: What a request the model refuses raises (ApiError: transitional, core/limits.py's).
-_REFUSED = (ServingError, ApiError)
+#: What a request the model refuses raises.
+_REFUSED = (ServingError,)
 
 
 def warm_up(servable: TensorFlowServable, *, limit: int) -> None:

@@ -12,9 +12,8 @@ from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 
-#: What a request handler catches: the one error type, and ApiError, the
-#: status-based type that the layers not yet converted still raise.
-ERRORS = (ServingError, p.ApiError)
+#: What a request handler catches: the one error type.
+ERRORS = (ServingError,)
 
 #: A code -> its HTTP status: TF Serving's ToHTTPStatusCode (model_servers/http_server.cc).
 HTTP_STATUS = {
@@ -59,18 +58,14 @@ def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> 
     return Answer(status, encode(body), headers or {})
 
 
-def http_status(err: ServingError | p.ApiError) -> int:
+def http_status(err: ServingError) -> int:
     """The HTTP status of an error: its refusal's, else its code's in TF Serving's table."""
-    if isinstance(err, p.ApiError):  # transitional: ApiError carries its status
-        return err.status
     if err.refusal is not None:
         return REFUSAL_STATUS[err.refusal]
     return HTTP_STATUS.get(err.code, 500)
 
 
-def error_headers(err: ServingError | p.ApiError) -> dict[str, str]:
-    if isinstance(err, p.ApiError):
-        return dict(err.headers)
+def error_headers(err: ServingError) -> dict[str, str]:
     headers = {}
     if err.retry_after is not None:
         headers["Retry-After"] = f"{err.retry_after:g}"
@@ -79,14 +74,10 @@ def error_headers(err: ServingError | p.ApiError) -> dict[str, str]:
     return headers
 
 
-def code_name(err: ServingError | p.ApiError) -> str:
-    return err.code if isinstance(err, p.ApiError) else err.code.name
-
-
-def error_answer(err: ServingError | p.ApiError) -> Answer:
+def error_answer(err: ServingError) -> Answer:
     """An error as TF Serving's JSON answer, with its status, headers and code."""
     body = encode(p.error_body(err.message))
-    return Answer(http_status(err), body, error_headers(err), code_name(err))
+    return Answer(http_status(err), body, error_headers(err), err.code.name)
 
 
 def respond(result: Answer) -> Response:
