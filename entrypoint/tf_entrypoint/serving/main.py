@@ -111,6 +111,13 @@ def request_threads(config: ServeConfig) -> int:
     return config.workers if config.batching is None else config.max_queue
 
 
+def tensorflow_profiler_server(port: int) -> None:
+    """TensorFlow's profiler server on `port` (model/profiler.py), for gRPC's ProfilerService."""
+    from tf_entrypoint.serving.model import profiler  # noqa: PLC0415 - TensorFlow only when serving
+
+    profiler.start_profiler_server(port)
+
+
 def tensorflow_loader(
     directory: Path,
     version: int,
@@ -186,6 +193,7 @@ def build_core(
         manage_models=manage_models,
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
+        profiler_server=tensorflow_profiler_server,
     )
 
 

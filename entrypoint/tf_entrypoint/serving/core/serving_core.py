@@ -37,6 +37,7 @@ class ServingCore:
         manage_models: ManageModels,
         on_fatal: Callable[[str], None] = lambda message: None,
         cutoff: CutOff | None = None,
+        profiler_server: Callable[[int], None] | None = None,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
@@ -47,6 +48,9 @@ class ServingCore:
         self.on_fatal = on_fatal
         #: The end of the grace period: requests still handled then are answered 503.
         self.cutoff = cutoff if cutoff is not None else CutOff()
+        #: Starts the backend's profiler server on a port (TF Serving's ProfilerService,
+        #: forwarded by gRPC); None: the backend has none.
+        self.profiler_server = profiler_server
         #: Set by the drain: readiness and health say so, new gRPC calls are refused.
         self.draining = False
         #: Set when the server stops: the manager thread ends.

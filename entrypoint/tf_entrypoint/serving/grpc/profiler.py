@@ -53,15 +53,14 @@ def free_port() -> int:
         return port
 
 
-def start_tensorflow_profiler(port: int | None = None) -> str:
-    """Start TensorFlow's profiler server in this process; its loopback address.
+def start_tensorflow_profiler(start: Callable[[int], None], port: int | None = None) -> str:
+    """Start the backend's profiler server (`start`, model/profiler.py) on a free port;
+    its loopback address.
 
     Raises RuntimeError when it does not answer within READY_TIMEOUT seconds.
     """
-    import tensorflow as tf  # noqa: PLC0415 - the server process has it loaded already
-
     port = port or free_port()
-    tf.profiler.experimental.server.start(port)
+    start(port)
     address = f"127.0.0.1:{port}"
     channel = grpc.insecure_channel(address)
     try:

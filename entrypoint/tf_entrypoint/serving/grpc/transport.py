@@ -173,8 +173,11 @@ class GrpcServer:
 
         if not self.config.enable_profiler:
             return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
+        start = self.state.profiler_server
         try:
-            address = profiler.start_tensorflow_profiler()
+            if start is None:
+                raise RuntimeError("this server's backend has no profiler")
+            address = profiler.start_tensorflow_profiler(start)
         except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
             why = f"the profiler service could not start: {err}"
             log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
