@@ -54,6 +54,30 @@ def digits_value(text: str) -> int:
     return int(significant or "0")
 
 
+def is_decimal(text: str) -> bool:
+    """Digits with at most one '.', at least one digit: '2', '1.5', '.5', '2.'."""
+    whole, _, fraction = text.partition(".")
+    digits = whole + fraction
+    return bool(digits) and is_digits(digits)
+
+
+def odd_space_reason(text: str) -> str:
+    """A reason for a value with non-ASCII whitespace in it, else ''."""
+    if any(c.isspace() and c not in WHITESPACE for c in text):
+        return "contains a non-ASCII space such as a no-break space"
+    return ""
+
+
+def not_whole_reason(text: str, subject: str = "") -> str:
+    """Why ``text`` failed the digits check, about ``subject`` when given."""
+    is_ = f"{subject} is " if subject else ""
+    if text.startswith("-") and is_decimal(text[1:]):
+        return f"{is_}negative"
+    if odd := odd_space_reason(text):
+        return f"{subject} {odd}" if subject else odd
+    return f"{is_}not a whole number written with digits 0-9"
+
+
 def show(text: str, limit: int = 0) -> str:
     """``text`` made safe to print inside a sentence (escaped), cut to ``limit`` if given."""
     try:

@@ -21,11 +21,13 @@ from tf_entrypoint.common import (
     FALSE_WORDS,
     ROUNDINGS,
     TRUE_WORDS,
-    WHITESPACE,
     Rounding,
     digits_value,
     is_blank,
+    is_decimal,
     is_digits,
+    not_whole_reason,
+    odd_space_reason,
     strip,
     word,
 )
@@ -139,33 +141,6 @@ class ParsedSettings:
     notices: tuple[Notice, ...]
 
 
-# --- small text helpers -------------------------------------------------------
-
-
-def _is_decimal(text: str) -> bool:
-    """Digits with at most one '.', at least one digit: '2', '1.5', '.5', '2.'."""
-    whole, _, fraction = text.partition(".")
-    digits = whole + fraction
-    return bool(digits) and is_digits(digits)
-
-
-def _odd_space_reason(text: str) -> str:
-    """A reason for a value with non-ASCII whitespace in it, else ''."""
-    if any(c.isspace() and c not in WHITESPACE for c in text):
-        return "contains a non-ASCII space such as a no-break space"
-    return ""
-
-
-def _not_whole_reason(text: str, subject: str = "") -> str:
-    """Why ``text`` failed the digits check, about ``subject`` when given."""
-    is_ = f"{subject} is " if subject else ""
-    if text.startswith("-") and _is_decimal(text[1:]):
-        return f"{is_}negative"
-    if odd := _odd_space_reason(text):
-        return f"{subject} {odd}" if subject else odd
-    return f"{is_}not a whole number written with digits 0-9"
-
-
 # --- one variable each ------------------------------------------------------
 
 
@@ -183,7 +158,7 @@ def parse_bool(variable: str, raw: str) -> bool | Problem:
         return True
     if word(text) in FALSE_WORDS:
         return False
-    return Problem(variable, raw, EXPECTED_BOOL, _odd_space_reason(text))
+    return Problem(variable, raw, EXPECTED_BOOL, odd_space_reason(text))
 
 
 def parse_thread_count(variable: str, raw: str) -> int | Problem | None:
@@ -192,7 +167,7 @@ def parse_thread_count(variable: str, raw: str) -> int | Problem | None:
     if not text:
         return None
     if not is_digits(text):
-        return Problem(variable, raw, EXPECTED_THREADS, _not_whole_reason(text))
+        return Problem(variable, raw, EXPECTED_THREADS, not_whole_reason(text))
     value = digits_value(text)
     if value > MAX_THREADS:
         return Problem(variable, raw, EXPECTED_THREADS, f"more than {MAX_THREADS}")
@@ -207,7 +182,7 @@ def parse_rounding(variable: str, raw: str) -> Rounding | Problem:
     for rounding in ROUNDINGS:
         if word(text) == rounding:
             return rounding
-    return Problem(variable, raw, EXPECTED_ROUNDING, _odd_space_reason(text))
+    return Problem(variable, raw, EXPECTED_ROUNDING, odd_space_reason(text))
 
 
 def parse_cpus(variable: str, raw: str) -> float | Problem | None:
@@ -244,11 +219,11 @@ def _cpus_syntax_reason(text: str) -> str | None:
     body = text[1:] if negative else text
     suffix = body[-1:]
     number = body[:-1] if suffix in ("m", "M") else body
-    if suffix == "M" and _is_decimal(number):
+    if suffix == "M" and is_decimal(number):
         return "'M' means mega in Kubernetes quantities; millicores take a lowercase 'm'"
-    if suffix == "m" and _is_decimal(number) and not is_digits(number):
+    if suffix == "m" and is_decimal(number) and not is_digits(number):
         return "millicores must be a whole number"
-    if not _is_decimal(number):
+    if not is_decimal(number):
         return _cpus_format_reason(body)
     return "negative" if negative else None
 
@@ -260,11 +235,11 @@ def _cpus_format_reason(body: str) -> str:
         if lowered in ("nan", "inf", "infinity"):
             return "not a finite number"
         mantissa, e, exponent = lowered.partition("e")
-        if e and _is_decimal(mantissa) and is_digits(exponent.lstrip("+-")):
+        if e and is_decimal(mantissa) and is_digits(exponent.lstrip("+-")):
             return "exponent notation is not accepted"
-        if body.count(",") == 1 and _is_decimal(body.replace(",", ".")):
+        if body.count(",") == 1 and is_decimal(body.replace(",", ".")):
             return "use '.' as the decimal point"
-    return _odd_space_reason(body) or "not a number written with digits 0-9 and '.'"
+    return odd_space_reason(body) or "not a number written with digits 0-9 and '.'"
 
 
 def parse_cpu_limit_millicores(variable: str, raw: str) -> int | Problem | None:
@@ -279,7 +254,7 @@ def parse_cpu_limit_millicores(variable: str, raw: str) -> int | Problem | None:
     if text.endswith("m") and is_digits(text[:-1]):
         return problem("the value is already in millicores: drop the 'm'")
     if not is_digits(text):
-        return problem(_not_whole_reason(text))
+        return problem(not_whole_reason(text))
     value = digits_value(text)
     if value == 0:
         return problem("zero")
@@ -362,7 +337,7 @@ def _parse_entry_number(text: str, entry: str, what: str, problem: _ProblemSink)
         return None
     if is_digits(text):
         return digits_value(text)
-    reason = _not_whole_reason(text, f"{what} {text!r} in entry {entry!r}")
+    reason = not_whole_reason(text, f"{what} {text!r} in entry {entry!r}")
     if what == "MB" and is_digits(text[:1]) and text[-1:].isalpha():
         reason += "; write the number of MB without a unit"
     problem(reason)
