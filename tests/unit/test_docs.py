@@ -97,3 +97,62 @@ def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:
     page.write_text("# Title\n\n## TF Serving's `--port` (gRPC)\n\n[a](#title) `[b](#nope)`\n")
     assert anchors(page) == {"title", "tf-servings---port-grpc"}
     assert links(page) == ["#title"]
+
+
+#: A source path named in the docs: `entrypoint/...py`, or a module under the package.
+_SOURCE_PATH = re.compile(r"`((?:entrypoint/|tf_entrypoint/)[\w/.-]+\.(?:py|pth))`")
+
+
+def named_sources(text: str) -> list[str]:
+    return _SOURCE_PATH.findall(text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_named_source_files_exist(page: Path) -> None:
+    """A file the manual names by path is there (the module map follows the code)."""
+    missing = []
+    for name in named_sources(page.read_text()):
+        candidates = [ROOT / name, ROOT / "entrypoint" / name]
+        if not any(c.exists() for c in candidates):
+            missing.append(name)
+    assert missing == [], f"{page.name} names files that do not exist"
+
+
+def test_the_source_path_checker_sees_a_missing_file() -> None:
+    text = "see `entrypoint/tf_entrypoint/cli.py` and `entrypoint/serving/nope.py`"
+    assert named_sources(text) == ["entrypoint/tf_entrypoint/cli.py", "entrypoint/serving/nope.py"]
+    assert not (ROOT / "entrypoint/serving/nope.py").exists()
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SERVING = ROOT / "entrypoint" / "tf_entrypoint" / "serving"
+#: A table's first cell: one or more `name.py` (or `__init__.py  __main__.py`).
+_ROW = re.compile(r"^\| ((?:`[\w./]+`(?:, )?)+) \|", re.MULTILINE)
+_LAYER = re.compile(r"^### `(\w+)/`", re.MULTILINE)
+
+
+def mapped_modules(text: str) -> set[str]:
+    """serving/'s modules named in the page's layer tables, as LAYER/NAME.py."""
+    found: set[str] = set()
+    starts = [(m.start(), m.group(1)) for m in _LAYER.finditer(text)]
+    for index, (start, layer) in enumerate(starts):
+        end = starts[index + 1][0] if index + 1 < len(starts) else len(text)
+        section = text[start:end].split("\n## ", 1)[0]
+        for row in _ROW.finditer(section):
+            for name in re.findall(r"`([\w./]+)`", row.group(1)):
+                found.add(f"{layer}/{name}")
+    return found
+
+
+def test_the_module_map_names_every_server_module_and_only_those() -> None:
+    files = {
+        str(path.relative_to(SERVING))
+        for path in SERVING.glob("*/*.py")
+        if path.name != "__init__.py" or path.stat().st_size > 200
+    }
+    assert mapped_modules(ARCHITECTURE.read_text()) == files
+
+
+def test_the_module_map_reader_sees_a_missing_row() -> None:
+    text = "### `core/`: x\n\n| module | concern |\n|---|---|\n| `a.py`, `b.py` | two |\n"
+    assert mapped_modules(text) == {"core/a.py", "core/b.py"}
