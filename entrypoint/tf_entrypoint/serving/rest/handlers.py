@@ -25,7 +25,6 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
@@ -75,12 +74,14 @@ def inference(
     of `limits.converting`'s slots (docs/robustness.md, "Memory per request"),
     taken before the request's deadline.
     """
-    if route.kind in ("classify", "regress"):
-        return classify_or_regress(manager, route, body, observe_inference, limits)
-    return predict(manager, route, body, observe_inference, limits)
+    run = _classify_or_regress if route.kind in ("classify", "regress") else _predict
+    try:
+        return run(manager, route, body, observe_inference, limits)
+    except ERRORS as err:
+        return error_answer(err)
 
 
-def predict(
+def _predict(
     manager: Manager,
     route: p.Route,
     body: Body,
@@ -93,29 +94,24 @@ def predict(
     the queue during a swap runs on the newest version; the lease keeps that
     version loaded until the answer is ready.
     """
-    try:
-        if route.kind != "predict":
-            raise invalid_argument(f"{route.kind} is not a predict request")
-        with manager.lease(route) as version:
-            servable = version.servable
-            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            with limits.slot():
-                request = json_tensor.parse_predict_request(
-                    json_values.parse_json_object(body.take()), servable.signatures
-                )
-            name, request_format, inputs = request.signature_name, request.format, request.inputs
-            del request
-            started = time.perf_counter()
-            name, outputs = core_inference.predict(servable, name, Decoded(inputs), rest=True)
-            observe_inference(time.perf_counter() - started)
-            del inputs
+    with manager.lease(route) as version:
+        servable = version.servable
+        assert servable is not None  # noqa: S101 - AVAILABLE versions have one
         with limits.slot():
-            return Answer(200, json_tensor.predict_json(request_format, outputs), {})
-    except ERRORS as err:
-        return error_answer(err)
+            request = json_tensor.parse_predict_request(
+                json_values.parse_json_object(body.take()), servable.signatures
+            )
+        name, request_format, inputs = request.signature_name, request.format, request.inputs
+        del request
+        started = time.perf_counter()
+        name, outputs = core_inference.predict(servable, name, Decoded(inputs), rest=True)
+        observe_inference(time.perf_counter() - started)
+        del inputs
+    with limits.slot():
+        return Answer(200, json_tensor.predict_json(request_format, outputs), {})
 
 
-def classify_or_regress(
+def _classify_or_regress(
     manager: Manager,
     route: p.Route,
     body: Body,
@@ -127,29 +123,22 @@ def classify_or_regress(
     The body is read before a version is leased, as TF Serving does (a bad
     body is a 400 whichever version would have run it).
     """
-    try:
-        if route.kind not in ("classify", "regress"):
-            raise invalid_argument(f"{route.kind} is not a classify or regress request")
-        with limits.slot():
-            request = json_examples.parse_examples_request(body.take(), limit=limits.expansion)
-        with manager.lease(route) as version:
-            servable = version.servable
-            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            started = time.perf_counter()
-            if route.kind == "classify":
-                classes = core_inference.classify(
-                    servable, request.signature_name, request.examples
-                )
-            else:
-                values = core_inference.regress(servable, request.signature_name, request.examples)
-            observe_inference(time.perf_counter() - started)
-        del request
-        with limits.slot():
-            if route.kind == "classify":
-                return Answer(200, json_examples.classify_json(classes), {})
-            return answer(200, json_examples.regress_response(values))
-    except ERRORS as err:
-        return error_answer(err)
+    with limits.slot():
+        request = json_examples.parse_examples_request(body.take(), limit=limits.expansion)
+    with manager.lease(route) as version:
+        servable = version.servable
+        assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+        started = time.perf_counter()
+        if route.kind == "classify":
+            classes = core_inference.classify(servable, request.signature_name, request.examples)
+        else:
+            values = core_inference.regress(servable, request.signature_name, request.examples)
+        observe_inference(time.perf_counter() - started)
+    del request
+    with limits.slot():
+        if route.kind == "classify":
+            return Answer(200, json_examples.classify_json(classes), {})
+        return answer(200, json_examples.regress_response(values))
 
 
 class Endpoints:
