@@ -685,7 +685,9 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     def bug(self: Manager) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(server, "tensorflow_loader", lambda *a, **k: HalfPlusTwo())
+    monkeypatch.setattr(
+        server, "tensorflow_loader", lambda *conf: lambda directory, version: HalfPlusTwo()
+    )
     monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
     frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
     monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))

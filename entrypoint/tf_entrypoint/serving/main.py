@@ -47,7 +47,6 @@ from tf_entrypoint.serving.config.model_config import (
     read_model_config,
 )
 from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN, STOPPED, CutOff, Transport
 from tf_entrypoint.serving.core.limits import RequestLimits, limit_malloc_arenas
 from tf_entrypoint.serving.core.manager import Manager
@@ -118,29 +117,30 @@ def tensorflow_profiler_server(port: int) -> None:
     profiler.start_profiler_server(port)
 
 
-def tensorflow_loader(
-    directory: Path,
-    version: int,
-    *,
-    warmup: bool = True,
-    method_name_check: bool = False,
-    batching: BatchingParameters | None = None,
-    batch_hooks: BatchHooks | None = None,
-    max_body_bytes: int | None = None,
-    loader: str = "session",
-) -> Servable:
-    from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
+def tensorflow_loader(config: ServeConfig, metrics: Metrics) -> Loader:
+    """TensorFlow's loader (model.load) with `config`'s flags; it imports TensorFlow on first use.
 
-    return model.load(
-        directory,
-        version,
-        warmup=warmup,
-        method_name_check=method_name_check,
-        batching=batching,
-        batch_hooks=batch_hooks,
-        max_body_bytes=max_body_bytes,
-        loader=loader,
-    )
+    It warms versions up unless --enable_model_warmup=false and checks
+    Classify/Regress signatures' method names with
+    --enable_signature_method_name_check.
+    """
+    batch_hooks = metrics.batch_hooks()
+
+    def load(directory: Path, version: int) -> Servable:
+        from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
+
+        return model.load(
+            directory,
+            version,
+            warmup=config.enable_model_warmup,
+            method_name_check=config.enable_signature_method_name_check,
+            batching=config.batching,
+            batch_hooks=batch_hooks,
+            max_body_bytes=config.max_body_bytes,
+            loader=config.saved_model_loader,
+        )
+
+    return load
 
 
 def build_core(
@@ -151,21 +151,11 @@ def build_core(
 ) -> ServingCore:
     """The serving core for `config`: metrics, the models' manager, workers, limits.
 
-    `loader` defaults to TensorFlow's, warming versions up unless
-    --enable_model_warmup=false, checking Classify/Regress signatures' method
-    names with --enable_signature_method_name_check.
+    `loader` defaults to TensorFlow's (tensorflow_loader).
     """
     metrics = Metrics()
     if loader is None:
-        loader = functools.partial(
-            tensorflow_loader,
-            warmup=config.enable_model_warmup,
-            method_name_check=config.enable_signature_method_name_check,
-            batching=config.batching,
-            batch_hooks=metrics.batch_hooks(),
-            max_body_bytes=config.max_body_bytes,
-            loader=config.saved_model_loader,
-        )
+        loader = tensorflow_loader(config, metrics)
     metrics.workers.set(config.workers)
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
