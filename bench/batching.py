@@ -27,7 +27,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import LABEL, NAMES, docker, last_json_line, loadavg, log, now_iso, run_container
+from bench.common import (
+    NAMES,
+    detached_server,
+    last_json_line,
+    loadavg,
+    log,
+    now_iso,
+    run_container,
+)
 from bench.serving import (
     cgroup_stat,
     choose_client,
@@ -91,9 +99,7 @@ class BatchingConfig:
 
 
 def _start(image: str, mode: str, model: str, models: Path, cpus: str) -> tuple[str, str]:
-    name = NAMES.new()
-    args = ["run", "-d", "--name", name, "--label", LABEL, "--cpus", cpus,
-            "-p", "127.0.0.1::8501", "-v", f"{models}:/models:ro",
+    args = ["-v", f"{models}:/models:ro",
             "-e", f"MODEL_NAME={model}", "-e", f"SERVE_MAX_QUEUE={MAX_QUEUE}"]  # fmt: skip
     if mode == "on":
         args += ["-e", "SERVE_ENABLE_BATCHING=true"]
@@ -101,9 +107,7 @@ def _start(image: str, mode: str, model: str, models: Path, cpus: str) -> tuple[
         args += ["--entrypoint", "python", image, "-c", BARE]
     else:
         args += [image, "serve"]
-    docker(*args)
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    return name, f"http://127.0.0.1:{port}"
+    return detached_server(cpus, *args)
 
 
 def _metrics(url: str) -> dict[str, float]:

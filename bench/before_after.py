@@ -60,15 +60,15 @@ def run(before: str, after: str, config: GrpcConfig) -> dict[str, Any]:
         (config_dir / "models.config").write_text(model_config(config.models))
         log(f"before_after: exporting {', '.join(config.models)}")
         export_models(after, models, config.models)
-        servers = {
-            label: start_server(image, models, config_dir, config.cpus)[0]
+        started = {
+            label: start_server(image, models, config_dir, config.cpus)
             for label, image in (("before", before), ("after", after))
         }
+        servers = {label: name for label, (name, _) in started.items()}
         try:
             clients: dict[str, LoadClient] = {}
-            for label, server in servers.items():
-                port = docker("port", server, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-                wait_ready(server, f"http://127.0.0.1:{port}")
+            for label, (server, url) in started.items():
+                wait_ready(server, url)
                 idle[label] = rss_mib(server)
                 clients[label] = LoadClient(
                     after,

@@ -60,6 +60,24 @@ class Names:
 NAMES = Names()
 
 
+def detached_server(cpus: str, *run: str) -> tuple[str, str]:
+    """Start a server container: `docker run -d` named, labelled, under --cpus `cpus`, REST's
+    8501 published on 127.0.0.1; `run`: the rest of the words (options, image, command).
+
+    (the container's name, REST's base URL on the host).
+    """
+    name = NAMES.new()
+    docker("run", "-d", "--name", name, "--label", LABEL, "--cpus", cpus,
+           "-p", "127.0.0.1::8501", *run)  # fmt: skip
+    return name, rest_url(name)
+
+
+def rest_url(name: str) -> str:
+    """The base URL of container `name`'s REST port as published on the host."""
+    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
+    return f"http://127.0.0.1:{port}"
+
+
 def run_container(
     args: Sequence[str], image: str, command: Sequence[str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import BENCH, LABEL, NAMES, docker, loadavg, log, median, now_iso
+from bench.common import BENCH, LABEL, NAMES, detached_server, docker, loadavg, log, median, now_iso
 from bench.serving import cgroup_stat, export_models, wait_ready, workers_of
 
 MODELS = ("half_plus_two", "mlp")
@@ -100,20 +100,16 @@ def cpu_seconds(container: str) -> float | None:
 # --- the server and the client ------------------------------------------------
 
 
-def start_server(image: str, models: Path, config_dir: Path, cpus: str) -> tuple[str, str]:
-    """The server, both protocols; REST also published on 127.0.0.1 for the host's checks."""
-    name = NAMES.new()
-    docker(
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--label",
-        LABEL,
-        "--cpus",
+def start_server(
+    image: str, models: Path, config_dir: Path, cpus: str, *options: str
+) -> tuple[str, str]:
+    """The server, both protocols; REST also published on 127.0.0.1 for the host's checks.
+
+    `options`: more of docker run's options (e.g. "-e", "NAME=value").
+    """
+    return detached_server(
         cpus,
-        "-p",
-        "127.0.0.1::8501",
+        *options,
         "-v",
         f"{models}:/models:ro",
         "-v",
@@ -123,8 +119,6 @@ def start_server(image: str, models: Path, config_dir: Path, cpus: str) -> tuple
         "--port=8500",
         "--rest_api_port=8501",
     )
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    return name, f"http://127.0.0.1:{port}"
 
 
 class LoadClient:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import LABEL, NAMES, REPO, docker, log, write_json
+from bench.common import LABEL, NAMES, REPO, detached_server, docker, log, write_json
 
 TESTS = REPO / "tests" / "container"
 BODY = 8 * 1024 * 1024
@@ -112,15 +112,11 @@ def _oom(name: str) -> bool:
 
 
 def _start(image: str, models: Path) -> tuple[str, str]:
-    name = NAMES.new()
-    docker(
-        "run", "-d", "--name", name, "--label", LABEL, "--cpus", "1",
-        "--memory", MEMORY, "--memory-swap", MEMORY, "-p", "127.0.0.1::8501",
+    name, url = detached_server(
+        "1", "--memory", MEMORY, "--memory-swap", MEMORY,
         "-v", f"{models}:/models:ro", image,
         "serve", "--model_config_file=/models/models.config", "--request-timeout=0",
     )  # fmt: skip
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         try:

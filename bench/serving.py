@@ -35,9 +35,9 @@ from typing import Any
 
 from bench.common import (
     BENCH,
-    LABEL,
     NAMES,
     REPO,
+    detached_server,
     docker,
     last_json_line,
     loadavg,
@@ -116,18 +116,7 @@ def start_server(
     image: str, mode: str, model: str, models: Path, *, cpus: str, workers: int | None
 ) -> tuple[str, str]:
     """Start a detached server; (container name, base URL)."""
-    name = NAMES.new()
     args = [
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--label",
-        LABEL,
-        "--cpus",
-        cpus,
-        "-p",
-        "127.0.0.1::8501",
         "-v",
         f"{models}:/models:ro",
         "-e",
@@ -147,9 +136,7 @@ def start_server(
         ]
     else:
         args += [image, "serve"]
-    docker(*args)
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    return name, f"http://127.0.0.1:{port}"
+    return detached_server(cpus, *args)
 
 
 def http(url: str, body: bytes | None = None, timeout: float = 10) -> tuple[int, bytes]:

@@ -49,10 +49,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import grpc_rest, report
 from bench.common import (
     BENCH,
-    LABEL,
     NAMES,
     REPO,
     docker,
@@ -146,32 +145,12 @@ def calls(image: str, models: Path, config: SessionConfig) -> dict[str, Any]:
 
 
 def start_server(
-    image: str, models: Path, config_dir: Path, cpus: str, loader: str, *, ports: bool = True
+    image: str, models: Path, config_dir: Path, cpus: str, loader: str
 ) -> tuple[str, str]:
-    name = NAMES.new()
-    docker(
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--label",
-        LABEL,
-        "--cpus",
-        cpus,
-        "-e",
-        f"SERVE_SAVED_MODEL_LOADER={loader}",
-        *(["-p", "127.0.0.1::8501"] if ports else []),
-        "-v",
-        f"{models}:/models:ro",
-        "-v",
-        f"{config_dir}:/config:ro",
-        image,
-        "--model_config_file=/config/models.config",
-        "--port=8500",
-        "--rest_api_port=8501",
+    """grpc_rest's server, loading with SERVE_SAVED_MODEL_LOADER=`loader`."""
+    return grpc_rest.start_server(
+        image, models, config_dir, cpus, "-e", f"SERVE_SAVED_MODEL_LOADER={loader}"
     )
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    return name, f"http://127.0.0.1:{port}"
 
 
 def servers(image: str, models: Path, workdir: Path, config: SessionConfig) -> dict[str, Any]:

@@ -53,9 +53,9 @@ from typing import Any
 from bench import report
 from bench.common import (
     BENCH,
-    LABEL,
     NAMES,
     REPO,
+    detached_server,
     docker,
     loadavg,
     log,
@@ -181,22 +181,11 @@ def prepare(image: str, work: Path, versions: int) -> None:
 
 
 def start_server(image: str, work: Path, args: argparse.Namespace) -> tuple[str, str]:
-    name = NAMES.new()
     run = [
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--label",
-        LABEL,
-        "--cpus",
-        args.cpus,
         "--memory",
         args.memory,
         "--memory-swap",
         args.memory,
-        "-p",
-        "127.0.0.1::8501",
         "-v",
         f"{work / 'models'}:/models:ro",
         "-v",
@@ -209,9 +198,7 @@ def start_server(image: str, work: Path, args: argparse.Namespace) -> tuple[str,
     ]
     if args.batching:
         run.append("--enable_batching")
-    docker(*run)
-    port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
-    return name, f"http://127.0.0.1:{port}"
+    return detached_server(args.cpus, *run)
 
 
 # --- what the host watches --------------------------------------------------------
