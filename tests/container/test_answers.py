@@ -72,25 +72,14 @@ import pytest
 from tests.container.dockerkit import Containers, poll
 from tests.container.gates import Gate
 from tests.container.test_classify_regress import export_classify_regress
-from tests.container.test_grpc import Server, serving
+from tests.container.test_grpc import MODEL_CONFIGS, Server, server_container, serving
 
 HERE = Path(__file__).resolve().parent
 ANSWERS = HERE / "answers"
 RECORD = os.environ.get("TF_ENTRYPOINT_RECORD_ANSWERS", "") == "1"
 MAX_BODY = 65536
-CONFIG = """
-model_config_list {
-  config { name: "plus" base_path: "/models/plus"
-           model_version_policy { all {} }
-           version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
-  config { name: "dtypes" base_path: "/models/dtypes" }
-  config { name: "gated" base_path: "/models/gated" }
-  config { name: "examples" base_path: "/models/examples" }
-  config { name: "matmul" base_path: "/models/matmul" }
-  config { name: "defaults" base_path: "/models/defaults" }
-  config { name: "late" base_path: "/models/late" }
-}
-"""
+LATE_CONFIG = '  config { name: "late" base_path: "/models/late" }\n'
+CONFIG = f"\nmodel_config_list {{\n{MODEL_CONFIGS}{LATE_CONFIG}}}\n"
 MONITORING = 'prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n'
 EARLY = ("plus", "dtypes", "gated", "examples", "matmul", "defaults")
 
@@ -580,20 +569,12 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="module")
 def main(containers: Containers, library: Path) -> Iterator[tuple[Server, dict[str, Any]]]:
     """The module's server, after its start-up phase: (server, the start-up answers)."""
-    container = containers.start(
-        [
-            "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
-            "--monitoring_config_file=/models/monitoring.config",
-            f"--max-body-bytes={MAX_BODY}",
-        ],
-        volumes={str(library): {"bind": "/models", "mode": "ro"}},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-    )  # fmt: skip
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(containers, container, f"http://127.0.0.1:{port}")
+    command = [
+        "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
+        "--monitoring_config_file=/models/monitoring.config", f"--max-body-bytes={MAX_BODY}",
+    ]  # fmt: skip
+    with server_container(containers, library, command) as server:
+        container = server.container
 
         def early_loaded() -> bool:
             container.reload()
@@ -635,8 +616,6 @@ def main(containers: Containers, library: Path) -> Iterator[tuple[Server, dict[s
 
         assert poll(ready, 300, 0.25), server.logs()
         yield server, startup
-    finally:
-        container.remove(force=True)
 
 
 def prefixed(answers: dict[str, dict[str, Any]], prefix: str) -> dict[str, dict[str, Any]]:

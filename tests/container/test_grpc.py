@@ -36,8 +36,8 @@ from tests.container.test_classify_regress import export_classify_regress, f32
 
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
-CONFIG = """
-model_config_list {
+#: The models `library` makes, as model_config_list entries (test_answers.py serves them too).
+MODEL_CONFIGS = """\
   config { name: "plus" base_path: "/models/plus"
            model_version_policy { all {} }
            version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
@@ -46,8 +46,8 @@ model_config_list {
   config { name: "examples" base_path: "/models/examples" }
   config { name: "matmul" base_path: "/models/matmul" }
   config { name: "defaults" base_path: "/models/defaults" }
-}
 """
+CONFIG = f"\nmodel_config_list {{\n{MODEL_CONFIGS}}}\n"
 
 
 def grpc_sidecar(
@@ -115,6 +115,49 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @contextmanager
+def server_container(
+    containers: Containers,
+    models: Path,
+    command: Sequence[str],
+    *,
+    volumes: dict[str, dict[str, str]] | None = None,
+    **options: Any,
+) -> Iterator[Server]:
+    """A server running `command` on `models` (at /models, read-only) under --cpus 1, REST's
+    port published on the host; started, not waited for; removed at the end.
+
+    `volumes`: more mounts; `options`: more of docker's run options (e.g. mem_limit).
+    """
+    container = containers.start(
+        list(command),
+        volumes={str(models): {"bind": "/models", "mode": "ro"}, **(volumes or {})},
+        nano_cpus=1_000_000_000,
+        ports={"8501/tcp": ("127.0.0.1", None)},
+        **options,
+    )
+    try:
+        container.reload()
+        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        yield Server(containers, container, f"http://127.0.0.1:{port}")
+    finally:
+        remove(container)
+
+
+def wait_ready(server: Server) -> None:
+    """Until /readyz answers 200 (the server must keep running meanwhile)."""
+
+    def ready() -> bool:
+        server.container.reload()
+        assert server.container.status == "running", server.logs()
+        try:
+            return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+
+
+@contextmanager
 def serving(
     containers: Containers,
     models: Path,
@@ -126,30 +169,11 @@ def serving(
 
     `options`: more of docker's run options (e.g. mem_limit).
     """
-    container = containers.start(
-        ["serve", "--wait-for-model", "60", *args],
-        volumes={str(models): {"bind": "/models", "mode": "ro"}, **(gate.volume if gate else {})},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-        **options,
-    )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(containers, container, f"http://127.0.0.1:{port}")
-
-        def ready() -> bool:
-            container.reload()
-            assert container.status == "running", server.logs()
-            try:
-                return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+    command = ["serve", "--wait-for-model", "60", *args]
+    volumes = gate.volume if gate else None
+    with server_container(containers, models, command, volumes=volumes, **options) as server:
+        wait_ready(server)
         yield server
-    finally:
-        remove(container)
 
 
 @pytest.fixture(scope="module")
@@ -572,16 +596,9 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
     models.chmod(0o777)
     (models / "gated").chmod(0o777)
     gate = Gate(tmp_path / "gates")
-    container = containers.start(
-        ["serve", "--model_name=gated", "--grace-period", "30"],
-        volumes={str(models): {"bind": "/models", "mode": "ro"}, **gate.volume},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-    )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(containers, container, f"http://127.0.0.1:{port}")
+    command = ["serve", "--model_name=gated", "--grace-period", "30"]
+    with server_container(containers, models, command, volumes=gate.volume) as server:
+        container = server.container
         listening = "gRPC (TF Serving's PredictionService"
         assert poll(lambda: listening in server.logs(), READY_TIMEOUT, 0.25), server.logs()
         # No version on disk yet: loading.
@@ -619,8 +636,6 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
             remove(client)
         stopped = wait(container, 60)
         drained_in = time.monotonic() - sent
-    finally:
-        remove(container)
     assert waited == "running"
     assert ran.exit_code == 0, ran.stderr
     watch, answer = json.loads(ran.stdout.strip().splitlines()[-1])[0]["results"]

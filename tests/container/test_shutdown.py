@@ -23,7 +23,7 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove, wait
-from tests.container.test_grpc import READY_TIMEOUT, Server
+from tests.container.test_grpc import READY_TIMEOUT, Server, server_container, wait_ready
 
 HERE = Path(__file__).resolve().parent
 #: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
@@ -64,32 +64,11 @@ def gate(tmp_path: Path) -> Path:
 
 @contextmanager
 def gated_server(containers: Containers, library: Path, gate: Path, *args: str) -> Iterator[Server]:
-    container = containers.start(
-        ["serve", "--model_name=gated", "--model_base_path=/models/gated", *args],
-        volumes={
-            str(library): {"bind": "/models", "mode": "ro"},
-            str(gate): {"bind": "/gate", "mode": "rw"},
-        },
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-    )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(containers, container, f"http://127.0.0.1:{port}")
-
-        def ready() -> bool:
-            container.reload()
-            assert container.status == "running", server.logs()
-            try:
-                return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
+    command = ["serve", "--model_name=gated", "--model_base_path=/models/gated", *args]
+    volumes = {str(gate): {"bind": "/gate", "mode": "rw"}}
+    with server_container(containers, library, command, volumes=volumes) as server:
+        wait_ready(server)
         yield server
-    finally:
-        remove(container)
 
 
 def rest_predict(server: Server, keys: list[str]) -> tuple[int, Any]:
