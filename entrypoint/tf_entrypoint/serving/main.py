@@ -47,6 +47,7 @@ from tf_entrypoint.serving.config.model_config import (
     read_model_config,
 )
 from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.batching import BatchHooks
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN, STOPPED, CutOff, Transport
 from tf_entrypoint.serving.core.limits import RequestLimits, limit_malloc_arenas
 from tf_entrypoint.serving.core.manager import Manager
@@ -124,23 +125,24 @@ def tensorflow_loader(config: ServeConfig, metrics: Metrics) -> Loader:
     Classify/Regress signatures' method names with
     --enable_signature_method_name_check.
     """
-    batch_hooks = metrics.batch_hooks()
+    return functools.partial(_tensorflow_load, config, metrics.batch_hooks())
 
-    def load(directory: Path, version: int) -> Servable:
-        from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-        return model.load(
-            directory,
-            version,
-            warmup=config.enable_model_warmup,
-            method_name_check=config.enable_signature_method_name_check,
-            batching=config.batching,
-            batch_hooks=batch_hooks,
-            max_body_bytes=config.max_body_bytes,
-            loader=config.saved_model_loader,
-        )
+def _tensorflow_load(
+    config: ServeConfig, batch_hooks: BatchHooks, directory: Path, version: int
+) -> Servable:
+    from tf_entrypoint.serving import model  # noqa: PLC0415 - TensorFlow only when serving
 
-    return load
+    return model.load(
+        directory,
+        version,
+        warmup=config.enable_model_warmup,
+        method_name_check=config.enable_signature_method_name_check,
+        batching=config.batching,
+        batch_hooks=batch_hooks,
+        max_body_bytes=config.max_body_bytes,
+        loader=config.saved_model_loader,
+    )
 
 
 def build_core(
