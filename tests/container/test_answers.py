@@ -71,8 +71,13 @@ import pytest
 
 from tests.container.dockerkit import Containers, poll
 from tests.container.gates import Gate
-from tests.container.test_classify_regress import export_classify_regress
-from tests.container.test_grpc import MODEL_CONFIGS, Server, server_container, serving
+from tests.container.test_grpc import (
+    MODEL_CONFIGS,
+    Server,
+    make_library,
+    server_container,
+    serving,
+)
 
 HERE = Path(__file__).resolve().parent
 ANSWERS = HERE / "answers"
@@ -546,19 +551,8 @@ RELOAD_ERRORS = {
 @pytest.fixture(scope="module")
 def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("answers-library")
-    root.chmod(0o777)
-    volumes = {
-        str(root): {"bind": "/models", "mode": "rw"},
-        str(HERE): {"bind": "/t", "mode": "ro"},
-    }
-    for command in (
-        ["python", "/t/make_models.py", "/models/plus", "1", "2"],
-        ["python", "/t/make_models.py", "/models/broken", "1", "--warmup", "1", "--bad-warmup"],
-        ["python", "/t/make_grpc_models.py", "/models"],
-    ):
-        ran = containers.run(command, volumes=volumes, timeout=300)
-        assert ran.exit_code == 0, ran.stderr
-    export_classify_regress(containers, root)
+    broken = ["python", "/t/make_models.py", "/models/broken", "1", "--warmup", "1", "--bad-warmup"]
+    make_library(containers, root, broken)
     (root / "late").mkdir()
     (root / "late").chmod(0o777)
     (root / "models.config").write_text(CONFIG)

@@ -95,9 +95,9 @@ class Server:
         return self.container.logs().decode(errors="replace")
 
 
-@pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("grpc-library")
+def make_library(containers: Containers, root: Path, *more: list[str]) -> None:
+    """The models of MODEL_CONFIGS under `root`, and those the `more` commands make (run in
+    the image with `root` at /models and this folder at /t)."""
     root.chmod(0o777)
     volumes = {
         str(root): {"bind": "/models", "mode": "rw"},
@@ -105,11 +105,18 @@ def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) ->
     }
     for command in (
         ["python", "/t/make_models.py", "/models/plus", "1", "2"],
+        *more,
         ["python", "/t/make_grpc_models.py", "/models"],
     ):
         ran = containers.run(command, volumes=volumes, timeout=300)
         assert ran.exit_code == 0, ran.stderr
     export_classify_regress(containers, root)
+
+
+@pytest.fixture(scope="module")
+def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("grpc-library")
+    make_library(containers, root)
     (root / "models.config").write_text(CONFIG)
     return root
 
