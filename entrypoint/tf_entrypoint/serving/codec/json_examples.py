@@ -201,7 +201,7 @@ JSON_ROWS = 4096
 
 
 def classify_json(result: Classifications) -> bytes:
-    """``{"results": [[[label, score], ...], ...]}`` as JSON bytes (protocol.encode's).
+    """``{"results": [[[label, score], ...], ...]}`` as JSON bytes (json_values.encode's).
 
     Written JSON_ROWS examples at a time and consuming `result` as it goes
     (it is left empty), so that the answer's Python objects never all exist

@@ -78,7 +78,7 @@ def to_array(tensor: Tensor) -> Any:
 class OutputValues(Sequence[Any]):
     """An output tensor's values, made Python objects only when read.
 
-    The answer is written from these (:func:`protocol.values_list` calls
+    The answer is written from these (:func:`core.types.values_list` calls
     tolist()) while the request holds a JSON conversion slot, so a request
     that waits for one holds the model's compact output, not a list of
     Python objects. Floats are written as the shortest text that reads back
