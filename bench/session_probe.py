@@ -44,7 +44,6 @@ where a call's time goes.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -170,10 +169,8 @@ def calls(directory: Path, rounds: int, seconds: float) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for name in MODELS:
         export_dir = directory / name / "1"
-        os.environ[model.LOADER_VARIABLE] = "session"
-        session = model.load(export_dir, 1)
-        os.environ[model.LOADER_VARIABLE] = "tf2"
-        function = model.load(export_dir, 1)
+        session = model.load(export_dir, 1, loader="session")
+        function = model.load(export_dir, 1, loader="tf2")
         paths[name] = {"session": session, "tf.saved_model.load": function}
     bundles = {
         name: {path: servable._bundle for path, servable in servables.items()}
@@ -255,8 +252,7 @@ def profile(directory: Path, count: int) -> dict[str, Any]:
     x = inputs("half_plus_two", 1)
     found: dict[str, Any] = {}
     for path, loader in (("session", "session"), ("tf.saved_model.load", "tf2")):
-        os.environ[model.LOADER_VARIABLE] = loader
-        servable = model.load(export_dir, 1)
+        servable = model.load(export_dir, 1, loader=loader)
         signature = servable.signatures["serving_default"]
         bundle = servable._bundle
 
