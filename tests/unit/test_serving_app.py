@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit import example_protos
@@ -24,6 +23,7 @@ from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.servable import Loader
 from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
+from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.errors import Answer, error_answer, http_status
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
@@ -36,7 +36,7 @@ def make_app(
     conf: ServeConfig,
     loader: Loader | None = None,
     on_fatal: Callable[[str], None] = lambda message: None,
-) -> Starlette:
+) -> RestApp:
     """The REST app over its own serving core, as main builds them (the app owns the core)."""
     return create_app(build_core(conf, loader=loader, on_fatal=on_fatal), conf)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
@@ -35,6 +34,7 @@ from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest import http_limits
+from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.body import Body
 from tf_entrypoint.serving.rest.errors import Answer, http_status
 
@@ -235,7 +235,7 @@ def test_admission_is_held_until_run_gives_it_back() -> None:
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[Starlette]:
+def app(tmp_path: Path) -> Iterator[RestApp]:
     export(tmp_path)
     application = make_app(
         config(tmp_path, "--max-queue=2", "--request-timeout=0.5"),
@@ -246,7 +246,7 @@ def app(tmp_path: Path) -> Iterator[Starlette]:
         yield application
 
 
-def call(app: Starlette, body_parts: list[bytes], block: asyncio.Event | None = None) -> Any:
+def call(app: RestApp, body_parts: list[bytes], block: asyncio.Event | None = None) -> Any:
     """POST a predict straight to the ASGI app; what receive() was asked, and the answer."""
     received: list[int] = []
     sent: list[dict[str, Any]] = []
@@ -273,7 +273,7 @@ def call(app: Starlette, body_parts: list[bytes], block: asyncio.Event | None = 
     return received, sent[0]["status"], headers, json.loads(sent[1]["body"])
 
 
-def test_a_refused_request_s_body_is_never_read(app: Starlette) -> None:
+def test_a_refused_request_s_body_is_never_read(app: RestApp) -> None:
     state: ServingCore = app.state.serving
     places = [state.pool.admit(), state.pool.admit()]
     try:
@@ -287,14 +287,14 @@ def test_a_refused_request_s_body_is_never_read(app: Starlette) -> None:
     }
 
 
-def test_a_body_is_read_once_admitted(app: Starlette) -> None:
+def test_a_body_is_read_once_admitted(app: RestApp) -> None:
     received, status, _, answer = call(app, [b'{"instances"', b": [1.0]}"])
     assert (status, answer) == (200, {"predictions": [2.5]})
     assert received == [1, 1]  # each part read while its request held a place
     assert app.state.serving.pool.admitted == 0
 
 
-def test_a_body_that_does_not_arrive_in_time_gets_408(app: Starlette) -> None:
+def test_a_body_that_does_not_arrive_in_time_gets_408(app: RestApp) -> None:
     received, status, headers, answer = call(app, [b"{}"], block=asyncio.Event())
     assert (status, received) == (408, [1])
     assert headers[b"connection"] == b"close"

@@ -111,6 +111,17 @@ def request_threads(config: ServeConfig) -> int:
     return config.workers if config.batching is None else config.max_queue
 
 
+def runs_inline(config: ServeConfig) -> bool:
+    """Whether short calls may run on their transport's event loop (core/admission.py).
+
+    With one worker and no batching: the one worker would run them one at a
+    time anyway, and the hand-off to it and back costs more than a short
+    call. With more workers they run side by side on their threads; with
+    batching a request waits for its batch, which it must never do on a loop.
+    """
+    return config.workers == 1 and config.batching is None
+
+
 def tensorflow_profiler_server(port: int) -> None:
     """TensorFlow's profiler server on `port` (model/profiler.py), for gRPC's ProfilerService."""
     from tf_entrypoint.serving.model import profiler  # noqa: PLC0415 - TensorFlow only when serving
@@ -180,7 +191,9 @@ def build_core(
     return ServingCore(
         manager,
         metrics,
-        InferencePool(request_threads(config), config.max_queue, metrics),
+        InferencePool(
+            request_threads(config), config.max_queue, metrics, inline=runs_inline(config)
+        ),
         RequestLimits.of(config.max_body_bytes, config.workers),
         manage_models=manage_models,
         on_fatal=on_fatal,

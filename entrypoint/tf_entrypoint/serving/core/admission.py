@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tf_entrypoint.serving.core.deadlines import run_with_deadline
+from tf_entrypoint.serving.core.deadlines import run_with_deadline, within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
@@ -41,6 +41,16 @@ class Admission:
             self.release()
 
 
+#: A call runs inline on its transport's event loop only while the calls for
+#: its model have lately taken less than this (an exponential average of their
+#: time on the worker: decoding, the model, encoding).
+INLINE_BELOW_SECONDS = 0.002
+#: ... and only when its request is at most this large (body or message bytes).
+INLINE_MAX_REQUEST_BYTES = 64 * 1024
+#: The weight of the newest call in that average.
+_AVERAGE_WEIGHT = 0.2
+
+
 class InferencePool:
     """A fixed set of worker threads with bounded admission, shared by REST and gRPC.
 
@@ -53,17 +63,35 @@ class InferencePool:
     gRPC's run on different threads): admission is counted under a lock.
     A caller that must hold its place before it reads the request (its body,
     its message) calls :meth:`admit` first and hands the Admission to `run`.
+
+    `inline` (one worker, no batching: main decides): a call whose model has
+    lately run in under INLINE_BELOW_SECONDS, with a request of at most
+    INLINE_MAX_REQUEST_BYTES, runs on the calling event loop's thread when
+    the worker is free, instead of being handed to the worker thread and
+    back; the hand-off and the loop's wake-up cost more than such a call
+    (docs/benchmarks.md, "Cost per request"). It still takes the one
+    worker's turn, so at most `workers` calls run at once whichever thread
+    runs them, and the loop is never held for long: a model not yet timed,
+    lately slower, or a large request goes to the worker.
     """
 
-    def __init__(self, workers: int, max_queue: int, metrics: Metrics) -> None:
+    def __init__(
+        self, workers: int, max_queue: int, metrics: Metrics, *, inline: bool = False
+    ) -> None:
         self.workers = workers
         self.max_queue = max_queue
         self.metrics = metrics
         self.admitted = 0
+        self.inline = inline
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="inference"
         )
+        #: The workers' turns, taken by whichever thread runs a call (inline only).
+        self._turns = threading.BoundedSemaphore(workers)
+        #: Model -> seconds its calls have lately taken on a worker (inline only).
+        self._seconds: dict[str, float] = {}
+        self._closed = False
 
     def admit(self) -> Admission:
         """A place among the `max_queue` admitted, or RESOURCE_EXHAUSTED (refused AT_CAPACITY)."""
@@ -84,25 +112,88 @@ class InferencePool:
         return Admission(self)
 
     async def run(
-        self, work: Callable[[], T], timeout: float, admission: Admission | None = None
+        self,
+        work: Callable[[], T],
+        timeout: float,
+        admission: Admission | None = None,
+        *,
+        model: str = "",
+        size: int = 0,
     ) -> T:
-        """Run `work` on a worker; `admission`: the place admit() gave (else taken now)."""
+        """Run `work` on a worker; `admission`: the place admit() gave (else taken now).
+
+        `model` and `size` (the request's bytes) decide whether it may run
+        inline (see the class).
+        """
         place = self.admit() if admission is None else admission
         place.handed = True
         # The deadline, for a request queued for a batch: withdrawn when it passes.
         deadline = time.monotonic() + timeout if timeout else None
         expired = f"Request timed out after {timeout:g} s (--request-timeout)"
+        if self.inline and self._may_run_inline(model, size):
+            try:
+                return self._run_inline(work, deadline, expired, model)
+            finally:
+                place.release()
         try:
-            future = self._executor.submit(run_with_deadline, deadline, work, expired)
+            future = self._executor.submit(self._on_worker, deadline, work, expired, model)
         except RuntimeError:  # shut down: the server is stopping
             place.release()
             raise ServingError(Code.UNAVAILABLE, "Server is shutting down") from None
         future.add_done_callback(lambda _: place.release())
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout or None)
+            return await within(asyncio.wrap_future(future), timeout)
         except TIMEOUT_ERRORS:
             future.cancel()
             raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
+
+    def _may_run_inline(self, model: str, size: int) -> bool:
+        seconds = self._seconds.get(model)
+        return (
+            seconds is not None
+            and seconds < INLINE_BELOW_SECONDS
+            and size <= INLINE_MAX_REQUEST_BYTES
+            and not self._closed
+            and self._turns.acquire(blocking=False)
+        )
+
+    def _run_inline(
+        self, work: Callable[[], T], deadline: float | None, expired: str, model: str
+    ) -> T:
+        """`work` on this thread, holding a worker's turn (taken by _may_run_inline)."""
+        started = time.perf_counter()
+        try:
+            result = run_with_deadline(deadline, work, expired)
+        finally:
+            self._turns.release()
+            self._learn(model, time.perf_counter() - started)
+        if deadline is not None and time.monotonic() > deadline:
+            # As the worker's caller would have: its answer came after the timeout.
+            raise ServingError(Code.DEADLINE_EXCEEDED, expired)
+        return result
+
+    def _on_worker(
+        self, deadline: float | None, work: Callable[[], T], expired: str, model: str
+    ) -> T:
+        if not self.inline:
+            return run_with_deadline(deadline, work, expired)
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not self._turns.acquire(timeout=remaining):  # the loop runs one inline
+            raise ServingError(Code.DEADLINE_EXCEEDED, expired)
+        started = time.perf_counter()
+        try:
+            return run_with_deadline(deadline, work, expired)
+        finally:
+            self._turns.release()
+            self._learn(model, time.perf_counter() - started)
+
+    def _learn(self, model: str, seconds: float) -> None:
+        """Fold one call's time into its model's average (a race between two threads
+        loses one sample, which an average shrugs off)."""
+        before = self._seconds.get(model)
+        self._seconds[model] = (
+            seconds if before is None else before + _AVERAGE_WEIGHT * (seconds - before)
+        )
 
     def _release(self, _: object) -> None:
         with self._lock:
@@ -110,4 +201,5 @@ class InferencePool:
         self.metrics.in_flight.dec()
 
     def shutdown(self) -> None:
+        self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)

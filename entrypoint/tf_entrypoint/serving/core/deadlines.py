@@ -9,9 +9,11 @@ its 504 / DEADLINE_EXCEEDED instead of running late.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from tf_entrypoint.serving.core.errors import Code, ServingError
@@ -68,3 +70,19 @@ def acquire_before_deadline(semaphore: threading.Semaphore) -> None:
         raise expired_error()
     if not semaphore.acquire(timeout=remaining):
         raise expired_error()
+
+
+async def within(awaitable: Awaitable[R], seconds: float) -> R:
+    """`awaitable`'s result, or TimeoutError after `seconds` (0: no limit).
+
+    On Python 3.11+ this is asyncio.timeout: a timer on the running task,
+    no task of its own. asyncio.wait_for on 3.11 wraps the awaitable in a new
+    task, which costs a loop turn and a task step per request (issue 24's
+    profile); Python 3.10 has no asyncio.timeout, so it keeps wait_for.
+    """
+    if not seconds:
+        return await awaitable
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - Python 3.10

@@ -234,15 +234,17 @@ class Calls:
         context: Context,
         work: Callable[[], R],
         admission: Admission | None = None,
+        size: int = 0,
     ) -> R:
         """Check the route, then run `work` on an inference worker within the timeout.
 
-        `admission`: the place taken before the message was read (else taken now).
+        `admission`: the place taken before the message was read (else taken now);
+        `size`: the request message's bytes (a large one never runs inline).
         """
         self.manager.check(route)  # unknown model or not loaded: no worker needed
         timeout = self.timeout(context)
         try:
-            return await self.state.pool.run(work, timeout, admission)
+            return await self.state.pool.run(work, timeout, admission, model=route.model, size=size)
         except ERRORS as err:
             if code_name(err) == "DEADLINE_EXCEEDED" and timeout < (
                 self.config.request_timeout or float("inf")
@@ -289,56 +291,95 @@ def tolerant(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-class ParseCheck(aio.ServerInterceptor):
-    """Every method's request message is parsed without raising; one that does not
-    parse is answered INVALID_ARGUMENT naming its type, with no traceback.
+def checked_handler(method: str, handler: Any, observe: Callable[[str, str, float], None]) -> Any:
+    """`handler` (a method's RpcMethodHandler) whose request never fails to parse.
 
-    A method whose request is a stream (Predict, Classify, Regress and
-    MultiInference, admitted before their message is read) checks the message
-    when it reads it (:meth:`Calls.admitted`); the others are answered here,
-    before their handler runs. `observe(method, code, started)` counts the
-    call in the metrics (methods of METHODS only).
+    Its deserializer returns :class:`Undecodable` instead of raising; a method
+    whose request is a stream (Predict, Classify, Regress and MultiInference,
+    admitted before their message is read) checks the message when it reads
+    it (:meth:`Calls.admitted`); the others are answered INVALID_ARGUMENT
+    naming the type here, before their behaviour runs. `observe(method, code,
+    started)` counts such a call in the metrics (methods of METHODS only).
     """
+    if handler is None or handler.request_deserializer is None:
+        return handler
+    handler = handler._replace(request_deserializer=tolerant(handler.request_deserializer))
+    if handler.request_streaming:
+        return handler
+    name = method.rpartition("/")[2]
+    field = "unary_stream" if handler.response_streaming else "unary_unary"
+    behavior = getattr(handler, field)
 
-    def __init__(self, observe: Callable[[str, str, float], None]) -> None:
-        self.observe = observe
+    async def refuse(request: Undecodable, context: Context) -> NoReturn:
+        if name in METHODS:
+            observe(name, "INVALID_ARGUMENT", time.perf_counter())
+        await abort(context, "INVALID_ARGUMENT", request.message)
 
-    async def intercept_service(
-        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
-    ) -> Any:
-        handler = await continuation(details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        handler = handler._replace(request_deserializer=tolerant(handler.request_deserializer))
-        if handler.request_streaming:
-            return handler
-        method = details.method.rpartition("/")[2]
-        field = "unary_stream" if handler.response_streaming else "unary_unary"
-        behavior = getattr(handler, field)
-        return handler._replace(**{field: self._checked(method, behavior)})
+    if inspect.isasyncgenfunction(behavior):
 
-    def _checked(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-        async def refuse(request: Undecodable, context: Context) -> NoReturn:
-            if method in METHODS:
-                self.observe(method, "INVALID_ARGUMENT", time.perf_counter())
-            await abort(context, "INVALID_ARGUMENT", request.message)
-
-        if inspect.isasyncgenfunction(behavior):
-
-            async def checked_stream(request: Any, context: Context) -> Any:
-                if isinstance(request, Undecodable):
-                    await refuse(request, context)
-                async for response in behavior(request, context):
-                    yield response
-
-            return checked_stream
-
-        async def checked(request: Any, context: Context) -> Any:
+        async def checked_stream(request: Any, context: Context) -> Any:
             if isinstance(request, Undecodable):
                 await refuse(request, context)
-            response = behavior(request, context)
-            if inspect.isawaitable(response):
-                response = await response
-            return response
+            async for response in behavior(request, context):
+                yield response
 
-        return checked
+        return handler._replace(**{field: checked_stream})
+
+    async def checked(request: Any, context: Context) -> Any:
+        if isinstance(request, Undecodable):
+            await refuse(request, context)
+        response = behavior(request, context)
+        if inspect.isawaitable(response):
+            response = await response
+        return response
+
+    return handler._replace(**{field: checked})
+
+
+class ParseCheck(grpc.GenericRpcHandler):
+    """A service's generic handler, each of its methods checked (:func:`checked_handler`).
+
+    The checked handler of a method is made on its first call and kept: a
+    per-call interceptor did this work again on every call (issue 24's
+    profile). Handlers without a deserializer (the profiler's, which take any
+    method name under its prefix) pass through unchanged and are not kept.
+    """
+
+    def __init__(self, inner: Any, observe: Callable[[str, str, float], None]) -> None:
+        self.inner = inner
+        self.observe = observe
+        self._checked: dict[str, Any] = {}
+
+    def service(self, handler_call_details: Any) -> Any:
+        method: str = handler_call_details.method
+        found = self._checked.get(method)
+        if found is not None:
+            return found
+        handler = self.inner.service(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        found = self._checked[method] = checked_handler(method, handler, self.observe)
+        return found
+
+
+class CheckingServer:
+    """Stands for the grpc.aio server where services register (the stubs'
+    `add_..._to_server`): every method they register is checked."""
+
+    def __init__(self, server: aio.Server, observe: Callable[[str, str, float], None]) -> None:
+        self.server = server
+        self.observe = observe
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.server.add_generic_rpc_handlers(
+            tuple(ParseCheck(handler, self.observe) for handler in handlers)
+        )
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.server.add_registered_method_handlers(
+            service,
+            {
+                name: checked_handler(f"/{service}/{name}", handler, self.observe)
+                for name, handler in handlers.items()
+            },
+        )

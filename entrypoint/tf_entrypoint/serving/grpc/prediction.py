@@ -90,7 +90,11 @@ class PredictionService:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101 - route_of returns one or raises
             return await self.h.infer(
-                route, context, functools.partial(self._predict, route, request), admission
+                route,
+                context,
+                functools.partial(self._predict, route, request),
+                admission,
+                request.ByteSize(),
             )
 
         return await self.h.call("Predict", lambda: route_of("predict", request), context, answer)
@@ -160,7 +164,7 @@ class PredictionService:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101
             work = functools.partial(self._run_examples, kind, route, request)
-            return await self.h.infer(route, context, work, admission)
+            return await self.h.infer(route, context, work, admission, request.ByteSize())
 
         return await self.h.call(method, lambda: route_of(kind, request), context, answer)
 
@@ -196,7 +200,7 @@ class PredictionService:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101
             work = functools.partial(self._multi_inference, route, request)
-            return await self.h.infer(route, context, work, admission)
+            return await self.h.infer(route, context, work, admission, request.ByteSize())
 
         return await self.h.call(
             "MultiInference", lambda: multi_inference_route(request), context, answer

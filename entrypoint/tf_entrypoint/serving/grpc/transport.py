@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from grpc import aio
 from grpc_health.v1 import health_pb2_grpc
@@ -27,7 +27,7 @@ from tf_entrypoint.serving.config import ServeConfig, channel_args
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
-from tf_entrypoint.serving.grpc.calls import Calls, ParseCheck
+from tf_entrypoint.serving.grpc.calls import Calls, CheckingServer
 from tf_entrypoint.serving.grpc.health import (
     HEALTH_EVERY,
     NOT_SERVING,
@@ -133,16 +133,21 @@ class GrpcServer:
         config = self.config
         self._drain = asyncio.Event()
         handlers = Calls(self.state, config)
-        checks = ParseCheck(
-            lambda method, code, started: handlers.observe(method, code, started, None)
+        server = aio.server(options=server_options(config))
+        # Where the services register: each method's request is parsed without
+        # raising (calls.checked_handler), decided once per method, not per call.
+        services = cast(
+            "aio.Server",
+            CheckingServer(
+                server, lambda method, code, started: handlers.observe(method, code, started, None)
+            ),
         )
-        server = aio.server(options=server_options(config), interceptors=(checks,))
         profiling = self._profiler(handlers)
-        server.add_generic_rpc_handlers((profiling,))
-        add_prediction_service(PredictionService(handlers), server)
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), server)
+        services.add_generic_rpc_handlers((profiling,))
+        add_prediction_service(PredictionService(handlers), services)
+        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), services)
         self.health = Health()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
         for address in self.addresses():
             try:
                 bound = server.add_insecure_port(address)

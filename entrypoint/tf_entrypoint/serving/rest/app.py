@@ -1,4 +1,5 @@
-"""The Starlette application: routes, exception handlers, middleware, lifespan."""
+"""The REST application: rest/asgi.py's inference path in front of a Starlette
+application (routes, exception handlers, middleware, lifespan) for the rest."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from starlette.routing import Route
 
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.serving_core import ServingCore
+from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 from tf_entrypoint.serving.rest.handlers import Endpoints
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def create_app(core: ServingCore, config: ServeConfig, *, owns_core: bool = True) -> Starlette:
+def create_app(core: ServingCore, config: ServeConfig, *, owns_core: bool = True) -> RestApp:
     """The application over `core`, which is `app.state.serving`.
 
     `owns_core`: the app's lifespan starts the core's manager thread and closes
@@ -57,4 +59,4 @@ def create_app(core: ServingCore, config: ServeConfig, *, owns_core: bool = True
         middleware=[Middleware(CutOffMiddleware, cutoff=core.cutoff)],
     )
     app.state.serving = core
-    return app
+    return RestApp(core, endpoints, app)

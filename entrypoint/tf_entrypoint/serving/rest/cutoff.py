@@ -45,16 +45,16 @@ class CutOffMiddleware:
             with self.cutoff.track():
                 await self.app(scope, receive, sending)
         except Refused as err:  # arrived after the cut-off
-            await _send_error(send, http_status(err), err.message)
+            await send_error(send, http_status(err), err.message)
         except asyncio.CancelledError:
             if not self.cutoff.fired:
                 raise
             self.cutoff.absorb()
             if not started:  # else the connection closes mid-answer, as it must
-                await _send_error(send, HTTP_STATUS[Code.UNAVAILABLE], self.cutoff.message)
+                await send_error(send, HTTP_STATUS[Code.UNAVAILABLE], self.cutoff.message)
 
 
-async def _send_error(send: Send, status: int, message: str) -> None:
+async def send_error(send: Send, status: int, message: str) -> None:
     body = json.dumps(p.error_body(message)).encode()
     await send(
         {

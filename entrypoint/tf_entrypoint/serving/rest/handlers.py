@@ -1,8 +1,9 @@
 """The REST handlers: decode, call the core, encode; the health and metrics pages.
 
-Nothing here blocks the event loop: JSON parsing, validation, inference and
-response encoding of a predict run together on a worker thread (see
-:class:`~tf_entrypoint.serving.core.admission.InferencePool`); the loop only
+Nothing here blocks the event loop for long: JSON parsing, validation,
+inference and response encoding of a predict run together on a worker thread,
+or inline on the loop when they take under 2 ms (see
+:class:`~tf_entrypoint.serving.core.admission.InferencePool`); the loop
 reads bodies, routes, and writes answers. Status, metadata (pre-encoded at
 load time), health and metrics are answered on the loop directly. A predict
 is admitted before its body is read, so at most --max-queue bodies are held
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
@@ -29,7 +30,7 @@ from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.serving_core import ServingCore
-from tf_entrypoint.serving.rest.body import Body, read_body
+from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
 from tf_entrypoint.serving.rest.errors import ERRORS, Answer, answer, error_answer, respond
 from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
 
@@ -151,50 +152,74 @@ class Endpoints:
 
     async def anything(self, request: Request) -> Response:
         # TF Serving matches /v1/ case-insensitively, so it is routed here by hand.
+        # (A POST to /v1/ never comes here: rest/asgi.py answers it with `post`.)
         if request.url.path.lower().startswith("/v1/"):
             return await self.v1(request)
         raise HTTPException(404)
 
     async def v1(self, request: Request) -> Response:
-        state, config, manager = self.state, self.config, self.state.manager
+        """GET (or HEAD) a model's status or metadata; any other method is malformed."""
+        manager = self.state.manager
         started = time.perf_counter()
         api = "other"
         route: p.Route | None = None
         try:
-            route = parse_route(request.method, path_as_sent(request))
-            api = "predict" if route.kind in ("predict", "classify", "regress") else route.kind
-            model = state.model_label(route)
-            if route.kind == "status":
-                result = status(manager, route)
-            elif route.kind == "metadata":
-                result = metadata(manager, route)
-            else:
-                manager.check(route)  # unknown model or not loaded: no worker needed
-                # Admitted before the body is read: at most --max-queue bodies are
-                # held; a refused request's body is never read (uvicorn discards it).
-                admission = state.pool.admit()
-                try:
-                    body = Body(
-                        await read_body(request, config.max_body_bytes, config.request_timeout)
-                    )
-                except BaseException:
-                    admission.release()
-                    raise
-                work = functools.partial(
-                    inference,
-                    manager,
-                    route,
-                    body,
-                    functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind]),
-                    state.limits,
-                )
-                result = await state.pool.run(work, config.request_timeout, admission)
+            route = parse_route(request.method, path_as_sent(request.scope))
+            api = route.kind
+            result = (status if route.kind == "status" else metadata)(manager, route)
         except ERRORS as err:
             result = error_answer(err)
-        except ClientDisconnect:
+        self.finish(api, route, result, started)
+        return respond(result)
+
+    async def post(self, scope: Scope, receive: Receive) -> Answer:
+        """POST /v1/...:predict, :classify or :regress: TF Serving's inference, in raw ASGI.
+
+        The hot path (rest/asgi.py calls it without Starlette): the route, the
+        admission place before the body is read, the body, then the call on a
+        worker (or inline: core/admission.py), and the metrics.
+        """
+        state, config = self.state, self.config
+        started = time.perf_counter()
+        api = "other"
+        route: p.Route | None = None
+        try:
+            route = parse_route("POST", path_as_sent(scope))
+            api = "predict"
+            state.manager.check(route)  # unknown model or not loaded: no worker needed
+            # Admitted before the body is read: at most --max-queue bodies are
+            # held; a refused request's body is never read (uvicorn discards it).
+            admission = state.pool.admit()
+            try:
+                body = Body(
+                    await read_body(scope, receive, config.max_body_bytes, config.request_timeout)
+                )
+            except BaseException:
+                admission.release()
+                raise
+            model = state.model_label(route)
+            work = functools.partial(
+                inference,
+                state.manager,
+                route,
+                body,
+                functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind]),
+                state.limits,
+            )
+            result = await state.pool.run(
+                work, config.request_timeout, admission, model=route.model, size=body.size
+            )
+        except ERRORS as err:
+            result = error_answer(err)
+        except Disconnected:
             result = Answer(499, b"", {}, "CANCELLED")
+        self.finish(api, route, result, started)
+        return result
+
+    def finish(self, api: str, route: p.Route | None, result: Answer, started: float) -> None:
+        """Count one /v1/ request in the server's and TF Serving's metrics."""
         seconds = time.perf_counter() - started
-        model = state.model_label(route)
+        model = self.state.model_label(route)
         self.metrics.observe(api, result.status, seconds, model)
         self.metrics.request_done(
             model,
@@ -204,7 +229,6 @@ class Endpoints:
             result.code,
             seconds,
         )
-        return respond(result)
 
     def _inference_done(self, model: str, runtime_api: str, seconds: float) -> None:
         self.metrics.inference.labels(model).observe(seconds)

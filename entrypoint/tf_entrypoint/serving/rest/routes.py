@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-
-from starlette.requests import Request
+from collections.abc import Mapping
+from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import invalid_argument
@@ -73,9 +73,9 @@ def parse_route(method: str, path: str) -> p.Route:
     raise invalid_argument(f"Malformed request: {method} {p.quote(path)}")
 
 
-def path_as_sent(request: Request) -> str:
+def path_as_sent(scope: Mapping[str, Any]) -> str:
     """The URL path as the client sent it, percent-encoded (TF Serving matches routes on it)."""
-    raw = request.scope.get("raw_path")
+    raw = scope.get("raw_path")
     if isinstance(raw, bytes):
         return raw.decode("latin-1")
-    return urllib.parse.quote(request.scope["path"], safe="/:")
+    return urllib.parse.quote(scope["path"], safe="/:")

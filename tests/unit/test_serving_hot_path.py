@@ -1,0 +1,241 @@
+"""The predict path stays cheap (issue 24; docs/benchmarks.md, "Cost per request").
+
+What made a request cost more than the model, checked without timing
+anything: a predict over REST goes through no Starlette layer and starts no
+asyncio task of its own (asyncio.wait_for made one per timeout); a short call
+runs inline on the loop once its model has been timed, and only then, never
+beside another call when there is one worker, never for a slow model or a
+large request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tf_entrypoint.serving.core import admission
+from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.main import runs_inline
+from tf_entrypoint.serving.rest.asgi import RestApp
+
+# -- which thread runs a call
+
+
+def threads_of(pool: InferencePool, calls: list[tuple[Callable[[], Any], str, int]]) -> list[str]:
+    """Run each (work, model, size) in turn; the thread each ran on."""
+    names: list[str] = []
+
+    def recorded(work: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            names.append(threading.current_thread().name)
+            return work()
+
+        return run
+
+    async def main() -> None:
+        for work, model, size in calls:
+            await pool.run(recorded(work), 30, model=model, size=size)
+
+    try:
+        asyncio.run(main())
+    finally:
+        pool.shutdown()
+    return names
+
+
+def quick() -> None:
+    return None
+
+
+def slow() -> None:
+    time.sleep(5 * admission.INLINE_BELOW_SECONDS)  # wall time: whatever the CPU
+
+
+def test_a_short_call_runs_inline_once_its_model_is_timed() -> None:
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+    names = threads_of(pool, [(quick, "m", 10)] * 3)
+    loop_thread = threading.current_thread().name  # asyncio.run's loop runs here
+    assert names[0].startswith("inference")  # not timed yet: the worker
+    assert names[1:] == [loop_thread, loop_thread]
+    assert pool.admitted == 0
+
+
+def test_a_slow_model_a_large_request_and_an_untimed_model_go_to_the_worker() -> None:
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+    big = admission.INLINE_MAX_REQUEST_BYTES + 1
+    names = threads_of(
+        pool,
+        [(slow, "slow", 10), (slow, "slow", 10), (quick, "m", 10), (quick, "m", big),
+         (quick, "other", 10), (quick, "m", 10)],
+    )  # fmt: skip
+    on_worker = [name.startswith("inference") for name in names]
+    assert on_worker == [True, True, True, True, True, False]
+
+
+def test_without_inline_every_call_goes_to_the_worker() -> None:
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=False)
+    names = threads_of(pool, [(quick, "m", 10)] * 3)
+    assert all(name.startswith("inference") for name in names)
+
+
+def test_an_inline_call_waits_its_turn_behind_the_worker() -> None:
+    """One worker: a call never runs inline while another runs on the worker thread."""
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+    running, most, lock = [0], [0], threading.Lock()
+    held, release = threading.Event(), threading.Event()
+
+    def counted(wait: bool) -> Callable[[], str]:
+        def work() -> str:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            if wait:
+                held.set()
+                release.wait(30)
+            with lock:
+                running[0] -= 1
+            return threading.current_thread().name
+
+        return work
+
+    async def main() -> list[str]:
+        await pool.run(counted(False), 30, model="m")  # timed: short
+        # Another transport's call holds the worker (the executor runs it) ...
+        holding = asyncio.ensure_future(
+            pool.run(counted(True), 30, model="big", size=admission.INLINE_MAX_REQUEST_BYTES + 1)
+        )
+        while not held.is_set():
+            await asyncio.sleep(0.001)
+        # ... so this short one cannot take the turn inline: it queues for the worker.
+        second = asyncio.ensure_future(pool.run(counted(False), 30, model="m"))
+        await asyncio.sleep(0.05)
+        assert not second.done()
+        release.set()
+        return [await holding, await second]
+
+    try:
+        names = asyncio.run(main())
+    finally:
+        release.set()
+        pool.shutdown()
+    assert most[0] == 1
+    assert all(name.startswith("inference") for name in names)
+
+
+def test_an_inline_call_that_ends_after_its_deadline_is_a_504() -> None:
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+
+    async def main() -> ServingError:
+        await pool.run(quick, 30, model="m")
+        try:
+            await pool.run(lambda: time.sleep(0.05), 0.01, model="m")
+        except ServingError as err:
+            return err
+        raise AssertionError("answered after its deadline")
+
+    try:
+        err = asyncio.run(main())
+    finally:
+        pool.shutdown()
+    assert (err.code.name, err.message) == (
+        "DEADLINE_EXCEEDED",
+        "Request timed out after 0.01 s (--request-timeout)",
+    )
+    assert pool.admitted == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "inline"),
+    [
+        (["--workers=1"], True),
+        (["--workers=2"], False),
+        (["--workers=1", "--enable_batching"], False),
+    ],
+)
+def test_calls_run_inline_only_with_one_worker_and_no_batching(
+    tmp_path: Path, args: list[str], inline: bool
+) -> None:
+    assert runs_inline(config(tmp_path, *args)) is inline
+
+
+# -- the REST predict path
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[RestApp]:
+    export(tmp_path)
+    application = make_app(
+        config(tmp_path, "--workers=1", "--request-timeout=30"),
+        loader=lambda directory, version: HalfPlusTwo(),
+    )
+    with TestClient(application) as client:
+        wait_ready(client)
+        yield application
+
+
+def post(app: RestApp, path: str, body: bytes) -> tuple[int, Any, int]:
+    """POST straight to the ASGI app: its status, JSON answer, and the tasks it started."""
+    sent: list[dict[str, Any]] = []
+    tasks = [0]
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            tasks[0] += 1
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        loop.set_task_factory(counting)
+        scope = {
+            "type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "root_path": "", "http_version": "1.1", "scheme": "http",
+            "headers": [(b"content-length", str(len(body)).encode())],
+            "server": ("test", 80), "client": ("test", 1),
+        }  # fmt: skip
+        await app(scope, receive, send)
+        loop.set_task_factory(None)  # asyncio.run's own shutdown tasks are not counted
+
+    asyncio.run(main())
+    return sent[0]["status"], json.loads(sent[1]["body"]), tasks[0]
+
+
+def test_a_predict_goes_through_no_starlette_layer_and_starts_no_task(app: RestApp) -> None:
+    other = app.other
+    reached: list[str] = []
+
+    async def starlette(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["path"])
+        await other(scope, receive, send)
+
+    app.other = starlette  # type: ignore[assignment]
+    answers = [post(app, "/v1/models/model:predict", b'{"instances": [1.0]}') for _ in range(3)]
+    assert answers == [(200, {"predictions": [2.5]}, 0)] * 3
+    assert post(app, "/v1/models/model:predict", b"{")[::2] == (400, 0)
+    assert post(app, "/v1/models/nope:predict", b"{}")[::2] == (404, 0)
+    assert reached == []
+
+
+def test_everything_but_a_post_to_v1_is_starlette_s(app: RestApp) -> None:
+    with TestClient(app) as client:
+        assert client.get("/v1/models/model").status_code == 200
+        assert client.post("/healthz").json() == {"error": "404: POST \"/healthz\""}
+        assert client.post("/nowhere").json() == {"error": "404: POST \"/nowhere\""}
+        answer = client.post("/V1/Models/model:PREDICT", json={"instances": [1.0]})
+        assert answer.json() == {"predictions": [2.5]}  # TF Serving's paths: any case
