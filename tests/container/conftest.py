@@ -9,6 +9,17 @@ flavor's tests before building the next.
 
 TF_ENTRYPOINT_TEST_FLAVORS=cpu (a comma-separated subset of FLAVORS) limits a
 run to some images, e.g. to skip the 3 GB CUDA download on a quick local run.
+
+A module that sets `IMAGE_FLAVORS` (a tuple of flavors) runs against those
+images only; its tests of the others are deselected, not skipped. The serving
+modules test the CPU image alone: the server is the same Python package over
+the same TensorFlow release in both images, and what the CUDA image changes
+(its TensorFlow build and CUDA libraries, NVML, the plan for GPUs, its size)
+is what the modules that run on both test (test_image, test_cuda_stack,
+test_plan_real, test_hook_real, test_memory, test_model_server_command,
+test_saved_model_loading, test_tfconfig_real); test_model_server_command
+serves models in the CUDA image too. Running every serving test twice took
+CI from 24 to 57 minutes.
 """
 
 from __future__ import annotations
@@ -41,11 +52,28 @@ def _flavors() -> list[str]:
 FLAVORS = _flavors()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    kept, other_images = [], []
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.container)
+            if not _tests_its_flavor(item):
+                other_images.append(item)
+                continue
+        kept.append(item)
+    if other_images:
+        config.hook.pytest_deselected(items=other_images)
+        items[:] = kept
+
+
+def _tests_its_flavor(item: pytest.Item) -> bool:
+    """False for a test of an image its module leaves out (the module's IMAGE_FLAVORS)."""
+    wanted = getattr(getattr(item, "module", None), "IMAGE_FLAVORS", None)
+    callspec = getattr(item, "callspec", None)
+    if wanted is None or callspec is None or "flavor" not in callspec.params:
+        return True
+    return callspec.params["flavor"] in wanted
 
 
 @pytest.fixture(scope="session", params=FLAVORS)

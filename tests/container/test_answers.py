@@ -79,6 +79,10 @@ from tests.container.test_grpc import (
     serving,
 )
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 ANSWERS = HERE / "answers"
 RECORD = os.environ.get("TF_ENTRYPOINT_RECORD_ANSWERS", "") == "1"

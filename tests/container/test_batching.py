@@ -25,6 +25,10 @@ from tests.container.dockerkit import Containers, poll, wait
 from tests.container.gates import OPEN, Gate
 from tests.container.test_grpc import Server, serving
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 QUEUE_FULL = "The batch scheduling queue to which this task was submitted is full"
 BATCHING = """

@@ -20,6 +20,10 @@ import pytest
 from tests.container.dockerkit import Containers
 from tests.container.test_serving_versions import Server, serving
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 MODEL = "examples"
 

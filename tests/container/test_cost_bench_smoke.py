@@ -22,6 +22,9 @@ import pytest
 from bench import cost
 from tests.container.dockerkit import REPO
 
+#: The images this module tests (tests/container/conftest.py): the benchmarks measure the CPU image.
+IMAGE_FLAVORS = ("cpu",)
+
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -41,8 +44,6 @@ def _run(module: str, image: str, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def image_for_bench(flavor: str, request: pytest.FixtureRequest) -> str:
-    if flavor != "cpu":
-        pytest.skip("the benchmarks measure the CPU image")
     image: str = request.getfixturevalue("image")
     return image
 

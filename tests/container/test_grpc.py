@@ -34,6 +34,10 @@ from tests.container.dockerkit import Containers, metric_value, poll, remove, wa
 from tests.container.gates import Gate
 from tests.container.test_classify_regress import export_classify_regress, f32
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
 #: The models `library` makes, as model_config_list entries (test_answers.py serves them too).

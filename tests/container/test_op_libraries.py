@@ -19,6 +19,10 @@ import pytest
 from tests.container.dockerkit import Containers
 from tests.container.test_tfserving_flows import model_server
 
+#: The images this module tests (tests/container/conftest.py): TF Text's image is
+#: built on the CPU image only (the same wheel and path).
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 RECIPE = "docs/own-image/Dockerfile.tf-text"
@@ -27,8 +31,6 @@ RECIPE = "docs/own-image/Dockerfile.tf-text"
 @pytest.fixture(scope="module")
 def text_containers(docker_client: docker.DockerClient, image: str, flavor: str) -> Containers:
     """The image under test with TF Text added by the documented recipe."""
-    if flavor != "cpu":
-        pytest.skip("TF Text's image is built on the CPU image only (the same wheel and path)")
     tag = f"{image}-text"
     docker_client.images.build(
         path=str(REPO), dockerfile=RECIPE, buildargs={"IMAGE": image}, tag=tag, rm=True

@@ -15,6 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.container.dockerkit import Containers
 from tests.container.test_serving_versions import HERE, serving
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 PAGE = "/monitoring/prometheus/metrics"
 
 

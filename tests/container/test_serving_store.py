@@ -29,6 +29,10 @@ from tests.container.test_serving_versions import (
     serving,
 )
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 __all__ = ["library"]  # the fixture, shared with test_serving_versions
 
 #: A version named by a timestamp in microseconds: beyond int64.

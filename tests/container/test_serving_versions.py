@@ -24,6 +24,10 @@ from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, metric_value, poll, remove
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 READY_TIMEOUT = 180
 #: Answers that make steady load before and after a swap (a count, not seconds).

@@ -21,6 +21,9 @@ import pytest
 from bench import session_call
 from tests.container.dockerkit import REPO
 
+#: The images this module tests (tests/container/conftest.py): the benchmarks measure the CPU image.
+IMAGE_FLAVORS = ("cpu",)
+
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
@@ -30,8 +33,6 @@ def _number(value: Any) -> bool:
 def quick_out(
     flavor: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    if flavor != "cpu":
-        pytest.skip("the benchmarks measure the CPU image")
     image: str = request.getfixturevalue("image")
     out = tmp_path_factory.mktemp("session-bench")
     done = subprocess.run(

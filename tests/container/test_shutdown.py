@@ -25,6 +25,10 @@ from docker.models.containers import Container
 from tests.container.dockerkit import Containers, poll, remove, wait
 from tests.container.test_grpc import READY_TIMEOUT, Server, server_container, wait_ready
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 #: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
 EXIT_MARGIN = 1.0

@@ -21,6 +21,9 @@ import pytest
 from bench import soak, soak_load
 from tests.container.dockerkit import REPO
 
+#: The images this module tests (tests/container/conftest.py): the soak measures the CPU image.
+IMAGE_FLAVORS = ("cpu",)
+
 #: The figures issue 21 asks the soak to report.
 FIGURES = (
     "requests_answered",
@@ -47,8 +50,6 @@ def _number(value: Any) -> bool:
 def soaked(
     flavor: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    if flavor != "cpu":
-        pytest.skip("the soak measures the CPU image")
     image: str = request.getfixturevalue("image")
     out = tmp_path_factory.mktemp("soak")
     # fmt: off

@@ -50,6 +50,10 @@ from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove
 
+#: The images this module tests (tests/container/conftest.py): the server is
+#: the same in both; what the CUDA image changes is tested by the modules that run on both.
+IMAGE_FLAVORS = ("cpu",)
+
 HERE = Path(__file__).resolve().parent
 SERVER = "/usr/bin/tensorflow_model_server"
 READY_TIMEOUT = 180
