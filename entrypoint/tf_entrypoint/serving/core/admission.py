@@ -41,14 +41,20 @@ class Admission:
             self.release()
 
 
-#: A call runs inline on its transport's event loop only while the calls for
-#: its model have lately taken less than this (an exponential average of their
-#: time on the worker: decoding, the model, encoding).
+#: A call runs inline on its transport's event loop while the calls of its
+#: model have lately taken less than this on the loop (an average of their
+#: wall time there: decoding, the model, encoding).
 INLINE_BELOW_SECONDS = 0.002
 #: ... and only when its request is at most this large (body or message bytes).
 INLINE_MAX_REQUEST_BYTES = 64 * 1024
-#: The weight of the newest call in that average.
-_AVERAGE_WEIGHT = 0.2
+#: A model found slower goes to the worker; every this many of its calls, one
+#: runs inline again to time it afresh (a cold first call, a change of load).
+RETRY_INLINE_EVERY = 256
+#: The weight of the newest call in that average, and the most one call
+#: counts for in it: a call stalled once (the CPU quota's throttling, a
+#: collection) must not send a fast model to the worker.
+_AVERAGE_WEIGHT = 0.05
+_MOST_COUNTED = 4 * INLINE_BELOW_SECONDS
 
 
 class InferencePool:
@@ -64,15 +70,18 @@ class InferencePool:
     A caller that must hold its place before it reads the request (its body,
     its message) calls :meth:`admit` first and hands the Admission to `run`.
 
-    `inline` (one worker, no batching: main decides): a call whose model has
-    lately run in under INLINE_BELOW_SECONDS, with a request of at most
-    INLINE_MAX_REQUEST_BYTES, runs on the calling event loop's thread when
-    the worker is free, instead of being handed to the worker thread and
-    back; the hand-off and the loop's wake-up cost more than such a call
-    (docs/benchmarks.md, "Cost per request"). It still takes the one
-    worker's turn, so at most `workers` calls run at once whichever thread
-    runs them, and the loop is never held for long: a model not yet timed,
-    lately slower, or a large request goes to the worker.
+    `inline` (one worker, no batching: main decides): a call with a request
+    of at most INLINE_MAX_REQUEST_BYTES runs on the calling event loop's
+    thread when the worker is free, instead of being handed to the worker
+    thread and back, while its model's calls have lately taken under
+    INLINE_BELOW_SECONDS there; the hand-off and the loop's wake-up cost more
+    than such a call (docs/benchmarks.md, "Cost per request"). It takes the
+    one worker's turn, so at most `workers` calls run at once whichever
+    thread runs them. A model's first call runs inline to be timed; a model
+    found slower goes to the worker, and one call in RETRY_INLINE_EVERY is
+    timed inline again. So the loop is held for one slow call now and then,
+    never for every call of a slow model. Calls are timed on the loop only:
+    on the worker their time counts the loop's work beside them.
     """
 
     def __init__(
@@ -89,8 +98,10 @@ class InferencePool:
         )
         #: The workers' turns, taken by whichever thread runs a call (inline only).
         self._turns = threading.BoundedSemaphore(workers)
-        #: Model -> seconds its calls have lately taken on a worker (inline only).
+        #: Model -> seconds its calls have lately taken inline (inline only).
         self._seconds: dict[str, float] = {}
+        #: Model -> its calls sent to the worker since one last ran inline.
+        self._skipped: dict[str, int] = {}
         self._closed = False
 
     def admit(self) -> Admission:
@@ -148,14 +159,15 @@ class InferencePool:
             raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
 
     def _may_run_inline(self, model: str, size: int) -> bool:
+        if size > INLINE_MAX_REQUEST_BYTES or self._closed:
+            return False
         seconds = self._seconds.get(model)
-        return (
-            seconds is not None
-            and seconds < INLINE_BELOW_SECONDS
-            and size <= INLINE_MAX_REQUEST_BYTES
-            and not self._closed
-            and self._turns.acquire(blocking=False)
-        )
+        if seconds is not None and seconds >= INLINE_BELOW_SECONDS:
+            skipped = self._skipped.get(model, 0) + 1
+            self._skipped[model] = skipped % RETRY_INLINE_EVERY
+            if skipped < RETRY_INLINE_EVERY:
+                return False
+        return self._turns.acquire(blocking=False)
 
     def _run_inline(
         self, work: Callable[[], T], deadline: float | None, expired: str, model: str
@@ -180,20 +192,21 @@ class InferencePool:
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         if not self._turns.acquire(timeout=remaining):  # the loop runs one inline
             raise ServingError(Code.DEADLINE_EXCEEDED, expired)
-        started = time.perf_counter()
         try:
             return run_with_deadline(deadline, work, expired)
         finally:
             self._turns.release()
-            self._learn(model, time.perf_counter() - started)
 
     def _learn(self, model: str, seconds: float) -> None:
-        """Fold one call's time into its model's average (a race between two threads
-        loses one sample, which an average shrugs off)."""
+        """Fold one inline call's time into its model's average: the first call's
+        time, or a slow model's retry, starts it afresh. (Two loops racing here
+        lose one sample, which an average shrugs off.)"""
+        counted = min(seconds, _MOST_COUNTED)
         before = self._seconds.get(model)
-        self._seconds[model] = (
-            seconds if before is None else before + _AVERAGE_WEIGHT * (seconds - before)
-        )
+        if before is None or before >= INLINE_BELOW_SECONDS:
+            self._seconds[model] = counted
+        else:
+            self._seconds[model] = before + _AVERAGE_WEIGHT * (counted - before)
 
     def _release(self, _: object) -> None:
         with self._lock:
