@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -53,6 +54,11 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        #: The series of the request metrics by label values, looked up once each
+        #: (prometheus_client's labels() checks and locks on every call).
+        self._rest_series: dict[tuple[str, int, str], tuple[Any, Any, Any]] = {}
+        self._grpc_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._inference_series: dict[str, Any] = {}
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -191,16 +197,38 @@ class Metrics:
         self.unloads.labels(model, "success")
 
     def observe(self, api: str, code: int, seconds: float, model: str = "") -> None:
-        self.requests.labels(api, str(code), model).inc()
-        if code >= 500:
-            self.errors.labels(api, "server", model).inc()
-        elif code >= 400:
-            self.errors.labels(api, "client", model).inc()
-        self.latency.labels(api, model).observe(seconds)
+        key = (api, code, model)
+        series = self._rest_series.get(key)
+        if series is None:  # label values are bounded: APIS, statuses, configured models
+            kind = "server" if code >= 500 else "client" if code >= 400 else None
+            series = self._rest_series[key] = (
+                self.requests.labels(api, str(code), model),
+                None if kind is None else self.errors.labels(api, kind, model),
+                self.latency.labels(api, model),
+            )
+        requests, errors, latency = series
+        requests.inc()
+        if errors is not None:
+            errors.inc()
+        latency.observe(seconds)
 
     def observe_grpc(self, method: str, code: str, seconds: float, model: str = "") -> None:
-        self.grpc_requests.labels(method, code, model).inc()
-        self.grpc_latency.labels(method, model).observe(seconds)
+        key = (method, code, model)
+        series = self._grpc_series.get(key)
+        if series is None:
+            series = self._grpc_series[key] = (
+                self.grpc_requests.labels(method, code, model),
+                self.grpc_latency.labels(method, model),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
+
+    def observe_inference(self, model: str, seconds: float) -> None:
+        """Seconds inside TensorFlow for one successful predict (serving_inference_duration)."""
+        series = self._inference_series.get(model)
+        if series is None:
+            series = self._inference_series[model] = self.inference.labels(model)
+        series.observe(seconds)
 
     # -- TF Serving's metrics (the REST handler and the gRPC servicer call these)
 

@@ -13,6 +13,7 @@ TF Serving").
 
 from __future__ import annotations
 
+import bisect
 import re
 import sys
 import threading
@@ -153,7 +154,9 @@ class Sampler(_Metric):
 
     def add(self, values: Sequence[str], value: float) -> None:
         key = tuple(values)
-        index = next((i for i, limit in enumerate(self.limits) if value < limit), -1)
+        index = bisect.bisect_right(self.limits, value)  # the first limit above it
+        if index == len(self.limits):
+            index = -1
         with self._lock:
             cell = self._cells.get(key)
             if cell is None:

@@ -262,7 +262,7 @@ class Calls:
     def observe_inference(self, method: str, route: p.Route, seconds: float) -> None:
         """Seconds inside TensorFlow for one successful Predict, Classify or Regress."""
         model = self.state.model_label(route)
-        self.metrics.inference.labels(model).observe(seconds)
+        self.metrics.observe_inference(model, seconds)
         self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
 
 

@@ -216,7 +216,7 @@ class PredictionService:
             started = time.perf_counter()
             results = inference.multi_inference(_servable(version), tasks, serialized)
             model = self.h.state.model_label(route)
-            self.h.metrics.inference.labels(model).observe(time.perf_counter() - started)
+            self.h.metrics.observe_inference(model, time.perf_counter() - started)
             self.h.metrics.examples_counted(model, len(serialized))
             response = inference_pb2.MultiInferenceResponse()
             for task, result in zip(tasks, results, strict=True):

@@ -231,7 +231,7 @@ class Endpoints:
         )
 
     def _inference_done(self, model: str, runtime_api: str, seconds: float) -> None:
-        self.metrics.inference.labels(model).observe(seconds)
+        self.metrics.observe_inference(model, seconds)
         self.metrics.runtime_done(model, runtime_api, seconds)
 
     async def healthz(self, request: Request) -> Response:
