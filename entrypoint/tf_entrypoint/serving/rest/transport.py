@@ -72,6 +72,10 @@ class RestTransport:
                 log_config=None,  # the server's own (main)
                 log_level=config.log_level,
                 access_log=config.access_log,
+                # X-Forwarded-For from a proxy on 127.0.0.1 (a mesh sidecar) names
+                # the client in the access log; with no access log it would only
+                # cost a middleware layer on every request (issue 24).
+                proxy_headers=config.access_log,
                 # A backstop never reached: requests still running when the
                 # grace period ends are answered 503 by the cut-off (drain.py)
                 # before uvicorn would cancel them (a 500 and a traceback).
