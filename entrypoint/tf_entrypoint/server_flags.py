@@ -271,7 +271,9 @@ FLAGS: tuple[Flag, ...] = (
          default=f"{DEFAULT_GRACE_PERIOD:g}", tf_serving=False),
     Flag("wait-for-model", "seconds to wait for a first version to appear before exiting 1",
          env=ENV_WAIT_FOR_MODEL, default=f"{DEFAULT_WAIT_FOR_MODEL:g}", tf_serving=False),
-    Flag("access-log", "log every request", boolean=True, env=ENV_ACCESS_LOG,
+    Flag("access-log", "log every REST request; the client is the `X-Forwarded-For` address "
+         "when a proxy on 127.0.0.1 (a mesh sidecar) sends one (without the access log that "
+         "header is not read)", boolean=True, env=ENV_ACCESS_LOG,
          default="false", tf_serving=False),
     Flag("log-level", "critical, error, warning, info or debug", env=ENV_LOG_LEVEL,
          default="info", tf_serving=False),

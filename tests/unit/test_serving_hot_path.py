@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping
@@ -22,12 +23,15 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tf_entrypoint.serving.codec import json_tensor
 from tf_entrypoint.serving.core import admission
+from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.main import runs_inline
 from tf_entrypoint.serving.rest.asgi import RestApp
+from tf_entrypoint.serving.rest.body import read_body
 
 # -- which thread runs a call
 
@@ -251,3 +255,67 @@ def test_everything_but_a_post_to_v1_is_starlette_s(app: RestApp) -> None:
         assert client.post("/nowhere").json() == {"error": '404: POST "/nowhere"'}
         answer = client.post("/V1/Models/model:PREDICT", json={"instances": [1.0]})
         assert answer.json() == {"predictions": [2.5]}  # TF Serving's paths: any case
+
+
+# -- what the fast readers skip, they skip only where the answer is the same
+
+
+FAST_CASES: list[list[Any]] = [
+    [1.0, 2.5, -3.25],
+    [[0.5, 1.5], [2.5, 3.5]],
+    [[0.1] * 32] * 8,
+    [1.0, 2],  # an int: the general reader
+    [True, 1.0],  # a bool: refused there
+    [float("nan"), 1.0],
+    [float("inf")],
+    [1e39],  # beyond float32: refused there
+    [-3.4028234663852886e38, 3.4028234663852886e38],
+    [[1.0], [2.0, 3.0]],  # ragged: refused there
+    [[[1.0]]],  # deeper
+    [[]],
+    ["1.0"],
+    [{"x": 1.0}],
+]
+
+
+@pytest.mark.parametrize("dtype", ["DT_FLOAT", "DT_DOUBLE"])
+@pytest.mark.parametrize("instances", FAST_CASES, ids=range(len(FAST_CASES)))
+def test_the_fast_float_reader_agrees_with_the_general_one(
+    dtype: str, instances: list[Any]
+) -> None:
+    signature = p.Signature({"x": p.TensorSpec(dtype, None)}, {"y": p.TensorSpec(dtype, None)})
+    fast = json_tensor._fast_instances(instances, signature)
+    try:
+        general: dict[str, p.Tensor] | ServingError = json_tensor._from_instances(
+            instances, signature
+        )
+    except ServingError as err:
+        general = err
+    if fast is None:
+        return  # the general reader answers, whatever it answers
+    assert not isinstance(general, ServingError), general.message
+    (tensor,) = fast.values()
+    (expected,) = general.values()
+    assert (tensor.dtype, tensor.shape) == (expected.dtype, expected.shape)
+    assert tensor.values == expected.values  # the same array type, the same values
+    assert not any(math.isnan(v) or math.isinf(v) for v in tensor.values)
+
+
+def test_the_fast_reader_takes_the_common_requests() -> None:
+    signature = p.Signature({"x": p.TensorSpec("DT_FLOAT", None)}, {})
+    for instances in FAST_CASES[:3]:
+        assert json_tensor._fast_instances(instances, signature) is not None
+
+
+def test_a_body_that_comes_later_is_read_within_its_timeout(app: RestApp) -> None:
+    parts = [b'{"instances"', b": [1.0]}"]
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.01)  # not there yet: the reader waits, under its timer
+        part = parts.pop(0)
+        return {"type": "http.request", "body": part, "more_body": bool(parts)}
+
+    async def main() -> bytes:
+        return await read_body({"headers": []}, receive, 1000, timeout=5)
+
+    assert asyncio.run(main()) == b'{"instances": [1.0]}'

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tf_entrypoint.serving.core.deadlines import run_with_deadline, within
+from tf_entrypoint.serving.core.deadlines import Slots, run_with_deadline, within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
@@ -97,7 +97,7 @@ class InferencePool:
             max_workers=workers, thread_name_prefix="inference"
         )
         #: The workers' turns, taken by whichever thread runs a call (inline only).
-        self._turns = threading.BoundedSemaphore(workers)
+        self._turns = Slots(workers)
         #: Model -> seconds its calls have lately taken inline (inline only).
         self._seconds: dict[str, float] = {}
         #: Model -> its calls sent to the worker since one last ran inline.

@@ -21,15 +21,13 @@ TensorFlow, no NumPy.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tf_entrypoint.serving.core.deadlines import acquire_before_deadline
+from tf_entrypoint.serving.core.deadlines import Semaphore, Slots, acquire_before_deadline
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, invalid_argument
 
 #: Decoded tensors, or examples with their context, may take this many times --max-body-bytes.
@@ -115,27 +113,37 @@ class RequestLimits:
     #: Held while a request's JSON body is parsed or its JSON answer written,
     #: so that at most --workers requests hold a parsed JSON document (or an
     #: answer being built) at once, however many are admitted.
-    converting: threading.BoundedSemaphore
+    converting: Semaphore
 
     @classmethod
     def of(cls, max_body_bytes: int, workers: int) -> RequestLimits:
-        return cls(max_body_bytes, threading.BoundedSemaphore(workers))
+        return cls(max_body_bytes, Slots(workers))
 
-    @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
+    def slot(self) -> _Slot:
         """One of the `converting` slots, taken before the calling request's
         deadline: a request still waiting for one then gets its 504, as in
         every other wait on the request path (docs/robustness.md)."""
-        acquire_before_deadline(self.converting)
-        try:
-            yield
-        finally:
-            self.converting.release()
+        return _Slot(self.converting)
 
     @property
     def expansion(self) -> int:
         """Bytes a request may make the server build (expansion_limit)."""
         return expansion_limit(self.max_body_bytes)
+
+
+class _Slot:
+    """`with limits.slot():` (a class, not a generator: twice per predict)."""
+
+    __slots__ = ("_semaphore",)
+
+    def __init__(self, semaphore: Semaphore) -> None:
+        self._semaphore = semaphore
+
+    def __enter__(self) -> None:
+        acquire_before_deadline(self._semaphore)
+
+    def __exit__(self, *exc: object) -> None:
+        self._semaphore.release()
 
 
 #: glibc's mallopt() parameter for the most malloc arenas (malloc.h).
