@@ -11,8 +11,11 @@ one now and then. ("slow" sleeps 5x the threshold: wall time, whatever the CPU.)
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import math
+import random
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping
@@ -23,7 +26,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
-from tf_entrypoint.serving.codec import json_tensor
+from tf_entrypoint.serving.codec import json_tensor, json_values
 from tf_entrypoint.serving.core import admission
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
@@ -319,3 +322,46 @@ def test_a_body_that_comes_later_is_read_within_its_timeout(app: RestApp) -> Non
         return await read_body({"headers": []}, receive, 1000, timeout=5)
 
     assert asyncio.run(main()) == b'{"instances": [1.0]}'
+
+
+JSON_BODIES = [
+    b'{"instances": [1.0, 2.5]}',
+    b'{"instances": [[0.1, 0.2], [1e-30, -3.5e38]]}',
+    b'{"a": 1, "a": 2}',
+    b'{"n": 123456789012345678901234567890}',  # beyond 64 bits: json reads it
+    b'{"n": -9223372036854775809}',
+    b'{"n": 18446744073709551615}',
+    b'{"x": NaN, "y": Infinity, "z": -Infinity}',
+    b'{"x": 1e400}',
+    b'{"s": "\\ud800"}',
+    b'{"s": "caf\xc3\xa9 \\u00e9 \\n"}',
+    b'{"s": "\xff"}',
+    b'\xef\xbb\xbf{"bom": 1}',
+    b'{"instances": [1.0,]}',
+    b"[1, 2] garbage",
+    b'{"deep": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+    b'{"f": -0.0, "i": -0, "e": 1E5}',
+]
+
+
+@pytest.mark.parametrize("body", JSON_BODIES, ids=range(len(JSON_BODIES)))
+def test_the_json_reader_reads_what_json_reads(body: bytes) -> None:
+    def outcome(read: Callable[[bytes], Any]) -> str:
+        try:
+            return repr(read(body))
+        except (ValueError, RecursionError) as err:
+            return f"{type(err).__name__}: {err}"
+
+    assert outcome(json_values.loads) == outcome(json.loads)
+
+
+def test_random_floats_read_the_same_by_both_readers() -> None:
+    generator = random.Random(24)
+    texts = []
+    for _ in range(20000):
+        value = struct.unpack("d", generator.randbytes(8))[0]
+        if math.isfinite(value):
+            texts += [repr(value), f"{value:.9g}", f"{value:.12e}"]
+    body = ("[" + ",".join(texts) + "]").encode()
+    assert importlib.util.find_spec("orjson") is not None  # the server has it (requirements/)
+    assert repr(json_values.loads(body)) == repr(json.loads(body))
