@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.servable import Call
+from tf_entrypoint.serving.core.servable import Call, Done, Pending
 
 
 class FakeServable:
@@ -32,3 +32,15 @@ class FakeServable:
 
     def run_many(self, calls: Sequence[Call]) -> list[dict[str, p.Tensor]]:
         return [self.run(name, inputs, outputs) for name, inputs, outputs in calls]
+
+    def start(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        deadline: float | None,
+        expired: str,
+        done: Done,
+    ) -> Pending | None:
+        return None  # no batch queue: the server runs it on a thread

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -439,3 +440,50 @@ def test_parameters_file_errors_name_file_line_and_field(text: str, message: str
     with pytest.raises(ConfigError) as err:
         parse(text)
     assert str(err.value).startswith(message)
+
+
+def test_submit_async_queues_without_waiting_and_calls_back_from_the_batch_thread() -> None:
+    """For a caller on an event loop: it never runs inline and never blocks."""
+    model = Model()
+    b = batcher(model, max_batch_size=64)
+    done: list[tuple[Rows | None, BaseException | None, str]] = []
+    finished = threading.Event()
+
+    def on_done(task: Any) -> None:
+        done.append((task.result, task.error, threading.current_thread().name))
+        if len(done) == 3:
+            finished.set()
+
+    def queue(i: int) -> Any:
+        return b.submit_async(
+            ("x", 2), 1, [[float(i), 1.0]], deadline=None, expired="late", on_done=on_done
+        )
+
+    with model.shut():  # the batch thread holds the first batch until the gate opens
+        tasks = [queue(0)]
+        wait_for(lambda: model.running == 1, "the first batch to start")
+        tasks += [queue(i) for i in range(1, 4)]  # queued behind it
+        withdrawn = b.withdraw(tasks[3])  # still queued: taken back, never answered
+        started = b.withdraw(tasks[0])  # running: stays
+    assert finished.wait(30)
+    assert (withdrawn, started) == (True, False)
+    answers = sorted(result for result, _, _ in done if result is not None)
+    assert answers == [[[0.0, 2.0]], [[2.0, 2.0]], [[4.0, 2.0]]]
+    assert all(error is None and thread.startswith("batch") for _, error, thread in done)
+    assert not tasks[3].done.is_set()
+    b.close()
+    b.join(5)
+
+
+def test_submit_async_of_a_late_request_answers_its_deadline_error() -> None:
+    clock = Clock()
+    model = Model()
+    b = batcher(model, max_batch_size=8, clock=clock)
+    with pytest.raises(ServingError) as caught:
+        b.submit_async(
+            ("x", 2), 1, [[1.0, 1.0]], deadline=clock.now - 1, expired="too late",
+            on_done=lambda task: None,
+        )  # fmt: skip
+    assert (caught.value.code.name, caught.value.message) == ("DEADLINE_EXCEEDED", "too late")
+    b.close()
+    b.join(5)

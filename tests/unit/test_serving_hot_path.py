@@ -18,7 +18,7 @@ import random
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.errors import ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.servable import Done, Pending
 from tf_entrypoint.serving.main import runs_inline
 from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.body import read_body
@@ -365,3 +366,78 @@ def test_random_floats_read_the_same_by_both_readers() -> None:
     body = ("[" + ",".join(texts) + "]").encode()
     assert importlib.util.find_spec("orjson") is not None  # the server has it (requirements/)
     assert repr(json_values.loads(body)) == repr(json.loads(body))
+
+
+# -- with batching on, a predict waits for its batch on no thread
+
+
+class Queued(HalfPlusTwo):
+    """HalfPlusTwo whose predicts go through a queue that a 'batch thread' empties."""
+
+    def __init__(self, answer: bool = True) -> None:
+        self.answer = answer
+        self.started: list[str] = []
+        self.cancelled = 0
+
+    def start(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        deadline: float | None,
+        expired: str,
+        done: Done,
+    ) -> Pending | None:
+        self.started.append(threading.current_thread().name)
+        if self.answer:
+
+            def batch_thread() -> None:
+                done(self.run(name, inputs, outputs), None)
+
+            threading.Thread(target=batch_thread, name="batch-0").start()
+        owner = self
+
+        class Handle:
+            def cancel(self) -> bool:
+                owner.cancelled += 1
+                return True
+
+        return Handle()
+
+
+def test_a_batched_predict_is_queued_from_the_loop_and_answered_there(tmp_path: Path) -> None:
+    export(tmp_path)
+    servable = Queued()
+    application = make_app(
+        config(tmp_path, "--enable_batching", "--request-timeout=30"),
+        loader=lambda directory, version: servable,
+    )
+    with TestClient(application) as client:
+        wait_ready(client)
+        answer = client.post("/v1/models/model:predict", json={"instances": [1.0, 2.0]})
+        assert (answer.status_code, answer.json()) == (200, {"predictions": [2.5, 3.0]})
+        rows = client.post("/v1/models/model:predict", json={"instances": [[1.0], [2.0]]})
+        assert rows.json() == {"predictions": [[2.5], [3.0]]}
+    # Queued by the REST thread's event loop, not by an inference thread.
+    assert len(servable.started) == 2
+    assert not any(name.startswith("inference") for name in servable.started)
+    assert application.state.serving.pool.admitted == 0
+
+
+def test_a_batched_predict_not_run_in_time_is_withdrawn_with_a_504(tmp_path: Path) -> None:
+    export(tmp_path)
+    servable = Queued(answer=False)
+    application = make_app(
+        config(tmp_path, "--enable_batching", "--request-timeout=0.2"),
+        loader=lambda directory, version: servable,
+    )
+    with TestClient(application) as client:
+        wait_ready(client)
+        answer = client.post("/v1/models/model:predict", json={"instances": [1.0]})
+    assert (answer.status_code, answer.json()) == (
+        504,
+        {"error": "Request timed out after 0.2 s (--request-timeout)"},
+    )
+    assert servable.cancelled == 1
+    assert application.state.serving.pool.admitted == 0

@@ -37,6 +37,7 @@ from tf_entrypoint.serving.rest import http_limits
 from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.body import Body
 from tf_entrypoint.serving.rest.errors import Answer, http_status
+from tf_entrypoint.serving.rest.handlers import QUEUED_MAX_BYTES
 
 # -- the arithmetic
 
@@ -340,7 +341,11 @@ class CountingSlots(threading.BoundedSemaphore):
 def test_with_batching_at_most_workers_requests_parse_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every admitted request has a thread (8 here), but one slot (--workers 1)."""
+    """Every admitted request has a thread (8 here), but one slot (--workers 1).
+
+    Bodies over QUEUED_MAX_BYTES: a smaller one is parsed on the event loop,
+    one at a time there, and only when a slot is free without waiting
+    (rest/handlers.py's queued predict; test_serving_hot_path.py)."""
     export(tmp_path)
     conf = config(tmp_path, "--workers=1", "--max-queue=8", "--enable_batching")
     application = make_app(conf, loader=lambda directory, version: HalfPlusTwo())
@@ -362,11 +367,11 @@ def test_with_batching_at_most_workers_requests_parse_at_once(
                 parsing[0] -= 1
 
     monkeypatch.setattr(json_values, "parse_json_object", counted)
+    large = b'{"instances": [' + b"1.0, " * (QUEUED_MAX_BYTES // 5) + b"1.0]}"
     with TestClient(application) as client, ThreadPoolExecutor(4) as pool:
         wait_ready(client)
         futures = [
-            pool.submit(client.post, "/v1/models/model:predict", json={"instances": [1.0]})
-            for _ in range(4)
+            pool.submit(client.post, "/v1/models/model:predict", content=large) for _ in range(4)
         ]
         deadline = time.monotonic() + 30
         while slots.arrived < 4 and time.monotonic() < deadline:

@@ -199,6 +199,7 @@ def build_core(
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
         profiler_server=tensorflow_profiler_server,
+        batching=config.batching is not None,
     )
 
 

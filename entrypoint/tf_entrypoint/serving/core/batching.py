@@ -77,11 +77,19 @@ class BatchingParameters:
 
 class _Task(Generic[P]):
     __slots__ = (
-        "deadline", "done", "enqueued", "error", "expired", "payload", "result", "rows", "started"
+        "deadline", "done", "enqueued", "error", "expired", "on_done", "payload", "result",
+        "rows", "started",
     )  # fmt: skip
 
     def __init__(
-        self, payload: P, rows: int, enqueued: float, deadline: float | None, expired: str
+        self,
+        payload: P,
+        rows: int,
+        enqueued: float,
+        deadline: float | None,
+        expired: str,
+        *,
+        on_done: Callable[[_Task[P]], None] | None = None,
     ) -> None:
         self.payload = payload
         self.rows = rows
@@ -93,6 +101,14 @@ class _Task(Generic[P]):
         self.done = threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        #: Called (on the batch thread) once it has its result or error: submit_async.
+        self.on_done = on_done
+
+    def finish(self) -> None:
+        """Its result or error is set: wake whoever waits for it."""
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done(self)
 
     def late(self, now: float) -> bool:
         return self.deadline is not None and now >= self.deadline
@@ -103,7 +119,7 @@ class _Task(Generic[P]):
     def expire(self) -> None:
         """Answer its 504 without running it: its deadline passed before it could start."""
         self.error = self.expired_error()
-        self.done.set()
+        self.finish()
 
 
 class _Batch(Generic[P]):
@@ -212,6 +228,39 @@ class Batcher(Generic[P, R]):
                     raise task.expired_error()
             task.done.wait()  # running: TensorFlow cannot be interrupted
         return self._outcome(task)
+
+    def submit_async(
+        self,
+        key: Hashable,
+        rows: int,
+        payload: P,
+        *,
+        deadline: float | None,
+        expired: str,
+        on_done: Callable[[_Task[P]], None],
+    ) -> _Task[P]:
+        """Queue `payload` and return at once; `on_done(task)` is called on a batch
+        thread once `task.result` or `task.error` is set (DEADLINE_EXCEEDED with
+        `expired` when a batch thread finds it late). For a caller on an event
+        loop, which must not wait here: it never runs inline. Raises as
+        :meth:`submit` does before queueing; :meth:`withdraw` takes it back.
+        """
+        task = _Task(payload, rows, self._clock(), deadline, expired, on_done=on_done)
+        with self._lock:
+            if self._stopping:
+                raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
+            if task.late(self._clock()):
+                raise task.expired_error()
+        self._enqueue(key, task)
+        return task
+
+    def withdraw(self, task: _Task[P]) -> bool:
+        """Take `task` out of the queue unless a batch thread has started it; whether it was."""
+        with self._lock:
+            if task.started:
+                return False
+            self._withdraw(task)
+            return True
 
     def _enqueue(self, key: Hashable, task: _Task[P]) -> None:
         """Add `task` to the open batch of `key` (a new one if needed); 503 when full."""
@@ -343,14 +392,14 @@ class Batcher(Generic[P, R]):
             return
         for task, result in zip(tasks, results, strict=True):
             task.result = result
-            task.done.set()
+            task.finish()
 
     def _run_alone(self, task: _Task[P]) -> None:
         try:
             task.result = self._run_one(task.payload)
         except BaseException as err:  # noqa: BLE001 - the request's own error, re-raised there
             task.error = err
-        task.done.set()
+        task.finish()
 
     def close(self) -> None:
         """Run what is queued, then stop the threads (the version is unloading)."""

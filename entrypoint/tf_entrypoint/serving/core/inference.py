@@ -140,6 +140,25 @@ def predict(
 ) -> tuple[str, dict[str, Tensor]]:
     """One Predict, either transport: (the signature name used, the outputs by alias).
 
+    :func:`checked_predict` then the servable's run, through the batch queue
+    when batching is on.
+    """
+    name, tensors, wanted = checked_predict(
+        servable, signature_name, inputs, output_filter, rest=rest
+    )
+    return name, servable.run(name, tensors, wanted, batch=True)
+
+
+def checked_predict(
+    servable: Servable,
+    signature_name: str,
+    inputs: Inputs,
+    output_filter: Sequence[str] = (),
+    *,
+    rest: bool = False,
+) -> tuple[str, Mapping[str, Tensor], tuple[str, ...]]:
+    """A Predict checked against the signature: (its name, the inputs, the outputs to fetch).
+
     The checks are TF Serving's (predict_util.cc): the signature and its
     method, the input names, the output filter, each input's dtype; not
     shapes, which the graph checks (it takes what it can and refuses the rest
@@ -170,7 +189,7 @@ def predict(
     check_output_filter(output_filter, signature)
     check_dtypes(inputs, signature)
     wanted = tuple(output_filter) or tuple(sorted(signature.outputs))
-    return name, servable.run(name, inputs.tensors(), wanted, batch=True)
+    return name, inputs.tensors(), wanted
 
 
 # --------------------------------------------------------------------------

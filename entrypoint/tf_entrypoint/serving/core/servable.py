@@ -18,6 +18,16 @@ from tf_entrypoint.serving.core.types import Signature, Tensor
 
 #: One signature run: (its name, the inputs by alias, the output aliases to fetch).
 Call = tuple[str, Mapping[str, Tensor], Sequence[str]]
+#: Called once, on the backend's thread, with (the outputs, None) or (None, the error).
+Done = Callable[[dict[str, Tensor] | None, BaseException | None], None]
+
+
+class Pending(Protocol):
+    """A predict queued for a batch (:meth:`Servable.start`)."""
+
+    def cancel(self) -> bool:
+        """Take it out of the queue unless it has started; whether it was."""
+        ...
 
 
 class Servable(Protocol):
@@ -74,6 +84,23 @@ class Servable(Protocol):
     def run_many(self, calls: Sequence[Call]) -> list[dict[str, Tensor]]:
         """Several signatures on one set of inputs (MultiInference), in one run
         where the backend can (TF Serving runs them in one Session::Run)."""
+        ...
+
+    def start(
+        self,
+        name: str,
+        inputs: Mapping[str, Tensor],
+        outputs: Sequence[str],
+        *,
+        deadline: float | None,
+        expired: str,
+        done: Done,
+    ) -> Pending | None:
+        """A predict through server-side batching, queued without waiting (for a
+        caller on an event loop): `done` gets its outputs or its error (a
+        ServingError, DEADLINE_EXCEEDED with `expired` once `deadline` passes
+        while queued). None when batching is off or the call cannot be batched:
+        then :meth:`run` it, on a thread."""
         ...
 
 

@@ -38,6 +38,7 @@ class ServingCore:
         on_fatal: Callable[[str], None] = lambda message: None,
         cutoff: CutOff | None = None,
         profiler_server: Callable[[int], None] | None = None,
+        batching: bool = False,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
@@ -51,6 +52,9 @@ class ServingCore:
         #: Starts the backend's profiler server on a port (TF Serving's ProfilerService,
         #: forwarded by gRPC); None: the backend has none.
         self.profiler_server = profiler_server
+        #: Server-side batching is on (--enable_batching): a predict is queued for its
+        #: batch from the transport's event loop (Servable.start), not from a thread.
+        self.batching = batching
         #: Set by the drain: readiness and health say so, new gRPC calls are refused.
         self.draining = False
         #: Set when the server stops: the manager thread ends.

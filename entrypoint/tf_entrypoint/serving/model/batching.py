@@ -90,6 +90,15 @@ def _run_batch(run: _Run, payloads: Sequence[_Request], padded: int) -> list[dic
     return answers
 
 
+class Queued:
+    """A predict in the batch queue (core/servable.py's Pending)."""
+
+    __slots__ = ("cancel",)
+
+    def __init__(self, cancel: Callable[[], bool]) -> None:
+        self.cancel = cancel
+
+
 class Batching:
     """A :class:`~tf_entrypoint.serving.model.servable.Runner` that puts the
     batchable calls of `direct` through a batch queue per signature."""
@@ -143,6 +152,37 @@ class Batching:
                 return self._direct.run(name, arrays, outputs, False)
         key = (outputs, tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items())))
         return batcher.submit(key, rows or 0, _Request(arrays, outputs))
+
+    def submit(
+        self,
+        name: str,
+        arrays: Mapping[str, Any],
+        outputs: tuple[str, ...],
+        *,
+        deadline: float | None,
+        expired: str,
+        on_done: Callable[[dict[str, Output] | None, BaseException | None], None],
+    ) -> Queued | None:
+        """Queue a batchable predict without waiting (for a caller on an event
+        loop); `on_done(outputs, error)` is called on the batch thread. None when
+        it cannot go through the queue (run it with :meth:`run`, on a thread)."""
+        parameters = self._parameters
+        rows = _rows(arrays)
+        if parameters is None or rows is None or rows > parameters.max_batch_size:
+            return None
+        batcher = self._batcher(name, parameters)
+        if batcher is None:
+            return None
+        key = (outputs, tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in arrays.items())))
+        task = batcher.submit_async(
+            key,
+            rows,
+            _Request(arrays, outputs),
+            deadline=deadline,
+            expired=expired,
+            on_done=lambda task: on_done(task.result, task.error),
+        )
+        return Queued(lambda: batcher.withdraw(task))
 
     def _batcher(
         self, name: str, parameters: BatchingParameters

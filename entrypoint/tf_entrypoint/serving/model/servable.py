@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array as py_array
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, overload
 
@@ -22,7 +22,7 @@ import tensorflow as tf
 from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import tensorflow_error_message
-from tf_entrypoint.serving.core.servable import Call
+from tf_entrypoint.serving.core.servable import Call, Done, Pending
 from tf_entrypoint.serving.core.types import Signature, Tensor
 from tf_entrypoint.serving.model import signatures as sigs
 from tf_entrypoint.serving.model.bundle import (
@@ -54,6 +54,16 @@ def tensorflow_errors() -> Iterator[None]:
         raise ServingError(Code.of(int(err.error_code)), message) from None
     except (TypeError, ValueError) as err:
         raise invalid_argument(str(err)[:MAX_ERROR_MESSAGE]) from None
+
+
+def translated(err: BaseException) -> BaseException:
+    """`err` as :func:`tensorflow_errors` would raise it (for an error that came back
+    from a batch thread rather than from a call made here)."""
+    try:
+        with tensorflow_errors():
+            raise err
+    except BaseException as out:  # noqa: BLE001 - returned, to be raised by its request
+        return out
 
 
 def to_array(tensor: Tensor) -> Any:
@@ -153,6 +163,19 @@ class Runner(Protocol):
         """Around a call that does not go through the batch queue."""
         ...
 
+    def submit(
+        self,
+        name: str,
+        arrays: Mapping[str, Any],
+        outputs: tuple[str, ...],
+        *,
+        deadline: float | None,
+        expired: str,
+        on_done: Callable[[dict[str, Output] | None, BaseException | None], None],
+    ) -> Pending | None:
+        """A predict queued for a batch without waiting; None: not batched."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -170,6 +193,18 @@ class Direct:
 
     def alone(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+    def submit(
+        self,
+        name: str,
+        arrays: Mapping[str, Any],
+        outputs: tuple[str, ...],
+        *,
+        deadline: float | None,
+        expired: str,
+        on_done: Callable[[dict[str, Output] | None, BaseException | None], None],
+    ) -> Pending | None:
+        return None  # no batch queue
 
     def close(self) -> None:
         pass
@@ -247,6 +282,31 @@ class TensorFlowServable:
                 with runner.alone():
                     results = runner.run(name, arrays, tuple(outputs), False)
         return {alias: to_tensor(value) for alias, value in results.items()}
+
+    def start(
+        self,
+        name: str,
+        inputs: Mapping[str, Tensor],
+        outputs: Sequence[str],
+        *,
+        deadline: float | None,
+        expired: str,
+        done: Done,
+    ) -> Pending | None:
+        """A predict queued for a batch without waiting (core/servable.py); None when
+        batching is off or the call cannot be batched."""
+        with tensorflow_errors():
+            arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
+
+        def finished(results: dict[str, Output] | None, error: BaseException | None) -> None:
+            if error is not None:
+                done(None, translated(error))
+            elif results is not None:
+                done({alias: to_tensor(value) for alias, value in results.items()}, None)
+
+        return self.runner.submit(
+            name, arrays, tuple(outputs), deadline=deadline, expired=expired, on_done=finished
+        )
 
     def run_many(self, calls: Sequence[Call]) -> list[dict[str, Tensor]]:
         """Several signatures in one Session run (MultiInference): each graph tensor

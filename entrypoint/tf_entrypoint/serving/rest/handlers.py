@@ -12,6 +12,7 @@ at once (docs/robustness.md, "Memory per request").
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -26,6 +27,10 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.admission import INLINE_MAX_REQUEST_BYTES, Admission
+from tf_entrypoint.serving.core.deadlines import within
+from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
+from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
@@ -142,6 +147,45 @@ def _classify_or_regress(
         return answer(200, json_examples.regress_response(values))
 
 
+#: A predict with batching on is parsed on the event loop up to this size (a
+#: larger one is parsed on a thread): core/admission.py's bound for inline calls.
+QUEUED_MAX_BYTES = INLINE_MAX_REQUEST_BYTES
+
+
+def _settle(
+    answered: asyncio.Future[dict[str, p.Tensor]],
+    outputs: dict[str, p.Tensor] | None,
+    error: BaseException | None,
+) -> None:
+    if answered.done():  # withdrawn: timed out or cancelled
+        return
+    if error is not None:
+        answered.set_exception(error)
+    else:
+        answered.set_result(outputs or {})
+
+
+async def _encoded(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer:
+    """The answer written on the loop when a JSON conversion slot is free, else on a
+    thread that waits for one (the loop never waits for a slot)."""
+    if limits.converting.acquire(blocking=False):
+        try:
+            return Answer(200, encode(), {})
+        finally:
+            limits.converting.release()
+    return await asyncio.to_thread(_in_slot, limits, encode)
+
+
+def _in_slot(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer:
+    with limits.slot():
+        return Answer(200, encode(), {})
+
+
+def _remaining(deadline: float | None) -> float:
+    """Seconds until `deadline` for within() (0: none; at least a millisecond)."""
+    return 0.0 if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+
 class Endpoints:
     """The request handlers of one application, around its ServingCore."""
 
@@ -198,23 +242,103 @@ class Endpoints:
                 admission.release()
                 raise
             model = state.model_label(route)
-            work = functools.partial(
-                inference,
-                state.manager,
-                route,
-                body,
-                functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind]),
-                state.limits,
-            )
-            result = await state.pool.run(
-                work, config.request_timeout, admission, model=route.model, size=body.size
-            )
+            observe = functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind])
+            if (
+                state.batching
+                and route.kind == "predict"
+                and body.size <= QUEUED_MAX_BYTES
+                and state.limits.converting.acquire(blocking=False)  # never waits on the loop
+            ):
+                try:
+                    result = await self._queued_predict(route, body, observe, admission)
+                finally:
+                    admission.close()
+            else:
+                work = functools.partial(
+                    inference, state.manager, route, body, observe, state.limits
+                )
+                result = await state.pool.run(
+                    work, config.request_timeout, admission, model=route.model, size=body.size
+                )
         except ERRORS as err:
             result = error_answer(err)
         except Disconnected:
             result = Answer(499, b"", {}, "CANCELLED")
         self.finish(api, route, result, started)
         return result
+
+    async def _queued_predict(
+        self,
+        route: p.Route,
+        body: Body,
+        observe_inference: Callable[[float], None],
+        admission: Admission,
+    ) -> Answer:
+        """A predict with batching on, from the event loop: parsed here, queued for its
+        batch (Servable.start), answered here when the batch thread has run it.
+
+        No thread waits for the batch: with --enable_batching every admitted
+        request used to hold a thread that parsed it, waited for its batch and
+        wrote its answer, and waking those threads cost what batching saved
+        (issue 24). The body is at most QUEUED_MAX_BYTES, so parsing it here
+        holds the loop briefly (larger ones go the thread's way); the caller
+        took a JSON conversion slot for it without waiting (none free: the
+        thread's way too), and the answer is written here when a slot is free,
+        else on a thread that waits for one, so the memory bound holds
+        (docs/robustness.md, "Memory per request"). A call that cannot be
+        batched runs on a worker as before.
+        """
+        state, timeout = self.state, self.config.request_timeout
+        deadline = time.monotonic() + timeout if timeout else None
+        expired = f"Request timed out after {timeout:g} s (--request-timeout)"
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
+
+        def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, answered, outputs, error)  # on the batch thread
+
+        held = True  # the JSON conversion slot the caller took, until the body is parsed
+        try:
+            with state.manager.lease(route) as version:
+                servable = version.servable
+                assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+                try:
+                    request = json_tensor.parse_predict_request(
+                        json_values.parse_json_object(body.take()), servable.signatures
+                    )
+                finally:
+                    held = False
+                    state.limits.converting.release()
+                request_format = request.format
+                name, tensors, wanted = core_inference.checked_predict(
+                    servable, request.signature_name, Decoded(request.inputs), rest=True
+                )
+                del request
+                started = time.perf_counter()
+                queued = servable.start(
+                    name, tensors, wanted, deadline=deadline, expired=expired, done=done
+                )
+                if queued is None:  # not batchable: run alone, on a worker
+                    run = functools.partial(servable.run, name, tensors, wanted, batch=True)
+                    del tensors
+                    outputs = await state.pool.run(run, timeout, admission)
+                else:
+                    del tensors
+                    try:
+                        outputs = await within(answered, _remaining(deadline))
+                    except TIMEOUT_ERRORS:
+                        queued.cancel()  # one a batch thread has started runs on, unanswered
+                        raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
+                    except asyncio.CancelledError:
+                        queued.cancel()
+                        raise
+                observe_inference(time.perf_counter() - started)
+        finally:
+            if held:  # the version was gone before its body was parsed
+                state.limits.converting.release()
+        return await _encoded(
+            state.limits, functools.partial(json_tensor.predict_json, request_format, outputs)
+        )
 
     def finish(self, api: str, route: p.Route | None, result: Answer, started: float) -> None:
         """Count one /v1/ request in the server's and TF Serving's metrics."""
