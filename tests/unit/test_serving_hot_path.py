@@ -3,9 +3,10 @@
 What made a request cost more than the model, checked without timing
 anything: a predict over REST goes through no Starlette layer and starts no
 asyncio task of its own (asyncio.wait_for made one per timeout); a short call
-runs inline on the loop, never beside another call when there is one worker,
-never for a large request, and a slow model's calls go to the worker but for
-one now and then. ("slow" sleeps 5x the threshold: wall time, whatever the CPU.)
+runs inline on the loop once its model has been timed on the worker, never
+beside another call when there is one worker, never for a large request, and
+a model slow on the loop goes back to the worker until a call there is fast
+again. ("slow" sleeps 5x the threshold: wall time, whatever the CPU.)
 """
 
 from __future__ import annotations
@@ -70,37 +71,44 @@ def slow() -> None:
     time.sleep(5 * admission.INLINE_BELOW_SECONDS)  # wall time: whatever the CPU
 
 
-def test_a_short_call_runs_inline() -> None:
+def test_a_short_call_runs_inline_once_timed_on_the_worker() -> None:
     pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
     names = threads_of(pool, [(quick, "m", 10)] * 3)
     loop_thread = threading.current_thread().name  # asyncio.run's loop runs here
-    assert names == [loop_thread] * 3
+    assert names[0].startswith("inference")  # a model's first call: the worker times it
+    assert names[1:] == [loop_thread, loop_thread]
     assert pool.admitted == 0
 
 
-def test_a_slow_model_goes_to_the_worker_and_is_timed_again_now_and_then(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(admission, "RETRY_INLINE_EVERY", 3)
+def test_a_slow_model_never_runs_on_the_loop() -> None:
     pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
-    names = threads_of(pool, [(slow, "slow", 10)] * 7)
-    on_worker = [name.startswith("inference") for name in names]
-    # Timed inline first, then two of every three on the worker, the third timed again.
-    assert on_worker == [False, True, True, False, True, True, False]
+    names = threads_of(pool, [(slow, "slow", 10)] * 4)
+    assert all(name.startswith("inference") for name in names)
 
 
 def test_a_large_request_goes_to_the_worker() -> None:
     pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
     big = admission.INLINE_MAX_REQUEST_BYTES + 1
     names = threads_of(pool, [(quick, "m", 10), (quick, "m", big), (quick, "m", 10)])
-    assert [name.startswith("inference") for name in names] == [False, True, False]
+    assert [name.startswith("inference") for name in names] == [True, True, False]
 
 
 def test_a_fast_model_stalled_once_stays_inline() -> None:
     """One call held up (a throttled CPU quota, a collection) counts for little."""
     pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
-    names = threads_of(pool, [(quick, "m", 10), (slow, "m", 10), (quick, "m", 10)])
-    assert not any(name.startswith("inference") for name in names)
+    names = threads_of(
+        pool, [(quick, "m", 10), (quick, "m", 10), (slow, "m", 10), (quick, "m", 10)]
+    )
+    assert [name.startswith("inference") for name in names] == [True, False, False, False]
+
+
+def test_a_model_slow_on_the_loop_goes_back_to_the_worker_until_fast_there() -> None:
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+    calls = [(quick, "m", 10), *[(slow, "m", 10)] * 30, (quick, "m", 10), (quick, "m", 10)]
+    on_worker = [name.startswith("inference") for name in threads_of(pool, calls)]
+    assert on_worker[:2] == [True, False]  # timed on the worker, then inline
+    assert on_worker[-3] is True  # the slow calls' average sent it back
+    assert on_worker[-1] is False  # a fast call on the worker brings it back inline
 
 
 def test_without_inline_every_call_goes_to_the_worker() -> None:
@@ -374,8 +382,10 @@ def test_random_floats_read_the_same_by_both_readers() -> None:
 class Queued(HalfPlusTwo):
     """HalfPlusTwo whose predicts go through a queue that a 'batch thread' empties."""
 
-    def __init__(self, answer: bool = True) -> None:
+    def __init__(self, answer: bool = True, running: threading.Event | None = None) -> None:
         self.answer = answer
+        #: Set: the batch is running (cancel refused) and answers once it is set.
+        self.running = running
         self.started: list[str] = []
         self.cancelled = 0
 
@@ -390,7 +400,15 @@ class Queued(HalfPlusTwo):
         done: Done,
     ) -> Pending | None:
         self.started.append(threading.current_thread().name)
-        if self.answer:
+        running = self.running
+        if running is not None:
+
+            def late_batch() -> None:
+                running.wait(30)
+                done(self.run(name, inputs, outputs), None)
+
+            threading.Thread(target=late_batch, name="batch-0").start()
+        elif self.answer:
 
             def batch_thread() -> None:
                 done(self.run(name, inputs, outputs), None)
@@ -401,7 +419,7 @@ class Queued(HalfPlusTwo):
         class Handle:
             def cancel(self) -> bool:
                 owner.cancelled += 1
-                return True
+                return owner.running is None  # a running batch cannot be withdrawn
 
         return Handle()
 
@@ -441,3 +459,29 @@ def test_a_batched_predict_not_run_in_time_is_withdrawn_with_a_504(tmp_path: Pat
     )
     assert servable.cancelled == 1
     assert application.state.serving.pool.admitted == 0
+
+
+def test_a_batched_predict_that_times_out_while_running_keeps_its_place_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    export(tmp_path)
+    running = threading.Event()
+    servable = Queued(running=running)
+    application = make_app(
+        config(tmp_path, "--enable_batching", "--request-timeout=0.2"),
+        loader=lambda directory, version: servable,
+    )
+    pool = application.state.serving.pool
+    try:
+        with TestClient(application) as client:
+            wait_ready(client)
+            answer = client.post("/v1/models/model:predict", json={"instances": [1.0]})
+            assert answer.status_code == 504
+            assert pool.admitted == 1  # still running in the batch: it holds its place
+            running.set()
+            deadline = time.monotonic() + 30
+            while pool.admitted and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        running.set()
+    assert pool.admitted == 0

@@ -41,17 +41,13 @@ class Admission:
             self.release()
 
 
-#: A call runs inline on its transport's event loop while the calls of its
-#: model have lately taken less than this on the loop (an average of their
-#: wall time there: decoding, the model, encoding).
+#: A call runs inline on its transport's event loop when the calls of its
+#: model take less than this (see InferencePool).
 INLINE_BELOW_SECONDS = 0.002
 #: ... and only when its request is at most this large (body or message bytes).
 INLINE_MAX_REQUEST_BYTES = 64 * 1024
-#: A model found slower goes to the worker; every this many of its calls, one
-#: runs inline again to time it afresh (a cold first call, a change of load).
-RETRY_INLINE_EVERY = 256
-#: The weight of the newest call in that average, and the most one call
-#: counts for in it: a call stalled once (the CPU quota's throttling, a
+#: The weight of the newest inline call in a model's average, and the most one
+#: call counts for in it: a call stalled once (the CPU quota's throttling, a
 #: collection) must not send a fast model to the worker.
 _AVERAGE_WEIGHT = 0.05
 _MOST_COUNTED = 4 * INLINE_BELOW_SECONDS
@@ -73,15 +69,19 @@ class InferencePool:
     `inline` (one worker, no batching: main decides): a call with a request
     of at most INLINE_MAX_REQUEST_BYTES runs on the calling event loop's
     thread when the worker is free, instead of being handed to the worker
-    thread and back, while its model's calls have lately taken under
-    INLINE_BELOW_SECONDS there; the hand-off and the loop's wake-up cost more
-    than such a call (docs/benchmarks.md, "Cost per request"). It takes the
-    one worker's turn, so at most `workers` calls run at once whichever
-    thread runs them. A model's first call runs inline to be timed; a model
-    found slower goes to the worker, and one call in RETRY_INLINE_EVERY is
-    timed inline again. So the loop is held for one slow call now and then,
-    never for every call of a slow model. Calls are timed on the loop only:
-    on the worker their time counts the loop's work beside them.
+    thread and back, while its model's calls take under INLINE_BELOW_SECONDS;
+    the hand-off and the loop's wake-up cost more than such a call
+    (docs/benchmarks.md, "CPU per predict"). It takes the one worker's turn,
+    so at most `workers` calls run at once whichever thread runs them. A
+    model's first calls run on the worker, where the fastest of them gives
+    its time (a worker's call also counts the loop's work beside it, so the
+    fastest, not the average); once under the bound its calls run inline,
+    where an average of their time decides, and a model found slower there
+    goes back to the worker until a call there is fast again. A model that is
+    slow from the start never runs on the loop; an inline call that hangs
+    holds the loop, and its answer (a 504 if its timeout passed) comes when
+    it ends: the price of the fast path, paid only by models whose calls
+    have all been short.
     """
 
     def __init__(
@@ -98,10 +98,8 @@ class InferencePool:
         )
         #: The workers' turns, taken by whichever thread runs a call (inline only).
         self._turns = Slots(workers)
-        #: Model -> seconds its calls have lately taken inline (inline only).
+        #: Model -> seconds its calls take, as _learn keeps them (inline only).
         self._seconds: dict[str, float] = {}
-        #: Model -> its calls sent to the worker since one last ran inline.
-        self._skipped: dict[str, int] = {}
         self._closed = False
 
     def admit(self) -> Admission:
@@ -159,15 +157,14 @@ class InferencePool:
             raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
 
     def _may_run_inline(self, model: str, size: int) -> bool:
-        if size > INLINE_MAX_REQUEST_BYTES or self._closed:
-            return False
         seconds = self._seconds.get(model)
-        if seconds is not None and seconds >= INLINE_BELOW_SECONDS:
-            skipped = self._skipped.get(model, 0) + 1
-            self._skipped[model] = skipped % RETRY_INLINE_EVERY
-            if skipped < RETRY_INLINE_EVERY:
-                return False
-        return self._turns.acquire(blocking=False)
+        return (
+            seconds is not None
+            and seconds < INLINE_BELOW_SECONDS
+            and size <= INLINE_MAX_REQUEST_BYTES
+            and not self._closed
+            and self._turns.acquire(blocking=False)
+        )
 
     def _run_inline(
         self, work: Callable[[], T], deadline: float | None, expired: str, model: str
@@ -178,7 +175,7 @@ class InferencePool:
             result = run_with_deadline(deadline, work, expired)
         finally:
             self._turns.release()
-            self._learn(model, time.perf_counter() - started)
+            self._learn(model, time.perf_counter() - started, inline=True)
         if deadline is not None and time.monotonic() > deadline:
             # As the worker's caller would have: its answer came after the timeout.
             raise ServingError(Code.DEADLINE_EXCEEDED, expired)
@@ -192,17 +189,23 @@ class InferencePool:
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         if not self._turns.acquire(timeout=remaining):  # the loop runs one inline
             raise ServingError(Code.DEADLINE_EXCEEDED, expired)
+        started = time.perf_counter()
         try:
             return run_with_deadline(deadline, work, expired)
         finally:
             self._turns.release()
+            self._learn(model, time.perf_counter() - started, inline=False)
 
-    def _learn(self, model: str, seconds: float) -> None:
-        """Fold one inline call's time into its model's average: the first call's
-        time, or a slow model's retry, starts it afresh. (Two loops racing here
-        lose one sample, which an average shrugs off.)"""
-        counted = min(seconds, _MOST_COUNTED)
+    def _learn(self, model: str, seconds: float, *, inline: bool) -> None:
+        """Fold one call's time into its model's: inline, into an average (started
+        afresh when the model was slow); on the worker, the fastest call counts.
+        (Two threads racing here lose one sample, which either rule shrugs off.)"""
         before = self._seconds.get(model)
+        if not inline:
+            if before is None or seconds < before:
+                self._seconds[model] = seconds
+            return
+        counted = min(seconds, _MOST_COUNTED)
         if before is None or before >= INLINE_BELOW_SECONDS:
             self._seconds[model] = counted
         else:

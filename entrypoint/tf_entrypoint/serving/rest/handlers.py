@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,7 @@ from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.servable import Pending
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
 from tf_entrypoint.serving.rest.errors import ERRORS, Answer, answer, error_answer, respond
@@ -181,6 +183,41 @@ def _in_slot(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer:
         return Answer(200, encode(), {})
 
 
+class _Finished:
+    """Whether a queued predict's batch has answered it; what to do when it does."""
+
+    __slots__ = ("_hooks", "_lock", "done")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.done = False
+        self._hooks: list[Callable[[], None]] = []
+
+    def now(self) -> None:
+        with self._lock:
+            self.done, hooks = True, self._hooks
+        for hook in hooks:
+            hook()
+
+    def then(self, hook: Callable[[], None]) -> None:
+        """`hook()` once it has finished (now if it has)."""
+        with self._lock:
+            if not self.done:
+                self._hooks.append(hook)
+                return
+        hook()
+
+
+def _hold_while_running(queued: Pending, finished: _Finished, admission: Admission) -> None:
+    """A queued predict given up on (timed out, cut off): withdrawn if it has not
+    started; else it runs on in TensorFlow, unanswered, and keeps its admission
+    place until it ends, as a call on a worker does."""
+    if queued.cancel():
+        return
+    admission.handed = True  # released by the batch's answer, not by the handler
+    finished.then(admission.release)
+
+
 def _remaining(deadline: float | None) -> float:
     """Seconds until `deadline` for within() (0: none; at least a millisecond)."""
     return 0.0 if deadline is None else max(deadline - time.monotonic(), 0.001)
@@ -294,8 +331,11 @@ class Endpoints:
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
 
+        finished = _Finished()
+
         def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle, answered, outputs, error)  # on the batch thread
+            finished.now()  # on the batch thread
+            loop.call_soon_threadsafe(_settle, answered, outputs, error)
 
         held = True  # the JSON conversion slot the caller took, until the body is parsed
         try:
@@ -327,10 +367,10 @@ class Endpoints:
                     try:
                         outputs = await within(answered, _remaining(deadline))
                     except TIMEOUT_ERRORS:
-                        queued.cancel()  # one a batch thread has started runs on, unanswered
+                        _hold_while_running(queued, finished, admission)
                         raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
                     except asyncio.CancelledError:
-                        queued.cancel()
+                        _hold_while_running(queued, finished, admission)
                         raise
                 observe_inference(time.perf_counter() - started)
         finally:
