@@ -252,7 +252,7 @@ def to_raw(tensor: Tensor) -> bytes:
         return b"".join(parts)
     count = math.prod(tensor.shape)
     tobytes = getattr(values, "tobytes", None)
-    if tobytes is not None and not (isinstance(values, array.array) and dt.name == "BOOL"):
+    if tobytes is not None:  # an array, a memoryview, a NumPy array: its bytes if sized right
         raw = tobytes()
         if len(raw) == count * dt.itemsize:
             return bytes(raw)
