@@ -1,6 +1,7 @@
 """The static security scan: checkov on every rendered manifest, with justified skips only.
 
-deploy/kserve's predictor pod is scanned too, as a Deployment (see kserve_predictor).
+deploy/kserve's predictor pods (the demo's and each example's in deploy/kserve/examples)
+are scanned too, as Deployments (see kserve_predictors), with their NetworkPolicies.
 
 checkov lives in its own venv (requirements/security.lock, `.venv-security`,
 built by `make security`), or wherever $CHECKOV points. Without it this test
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.kserve import ISVC_POD_LABEL, KSERVE, predictor_pod
+from tests.deploy.kserve import EXAMPLES, ISVC_POD_LABEL, KSERVE, predictor_pod
 from tests.deploy.kustomize import DEPLOY, REPO, pod_templates, render, render_all
 
 CONFIG = DEPLOY / "checkov.yaml"
@@ -60,19 +61,26 @@ def write_rendered(directory: Path) -> None:
         ]
         path = directory / f"{name.replace('/', '-')}.yaml"
         path.write_text(yaml.safe_dump_all([*docs, *jobs], sort_keys=False))
-    kserve = [d for d in render(KSERVE) if d["kind"] == "NetworkPolicy"]
+    docs = [*render(KSERVE), *render(EXAMPLES)]
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
     (directory / "kserve.yaml").write_text(
-        yaml.safe_dump_all([*kserve, kserve_predictor()], sort_keys=False)
+        yaml.safe_dump_all([*policies, *kserve_predictors()], sort_keys=False)
     )
 
 
-def kserve_predictor() -> dict[str, Any]:
-    """deploy/kserve's predictor pod (the runtime's container with the InferenceService's
-    fields), as the Deployment KServe's Standard mode makes of it; checkov knows
-    neither ServingRuntime nor InferenceService."""
-    docs = render(KSERVE)
-    (runtime,) = [d for d in docs if d["kind"] == "ServingRuntime"]
-    (isvc,) = [d for d in docs if d["kind"] == "InferenceService"]
+def kserve_predictors() -> list[dict[str, Any]]:
+    """deploy/kserve's predictor pods (the runtime's container with each
+    InferenceService's fields: the demo's and the examples'), as the Deployments
+    KServe's Standard mode makes of them; checkov knows neither ServingRuntime nor
+    InferenceService."""
+    (runtime,) = [d for d in render(KSERVE) if d["kind"] == "ServingRuntime"]
+    isvcs = [d for d in [*render(KSERVE), *render(EXAMPLES)] if d["kind"] == "InferenceService"]
+    assert len(isvcs) == 4, "the demo and one example per other protocol"
+    return [kserve_predictor(runtime, isvc) for isvc in isvcs]
+
+
+def kserve_predictor(runtime: dict[str, Any], isvc: dict[str, Any]) -> dict[str, Any]:
+    """One InferenceService's predictor pod as a Deployment."""
     labels = {ISVC_POD_LABEL: isvc["metadata"]["name"]}
     return {
         "apiVersion": "apps/v1",

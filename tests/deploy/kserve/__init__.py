@@ -13,6 +13,8 @@ from tests.deploy.kustomize import REPO, Doc
 
 HERE = Path(__file__).resolve().parent
 KSERVE = REPO / "deploy" / "kserve"
+#: One InferenceService per protocol besides the demo's (a kustomization of its own).
+EXAMPLES = KSERVE / "examples"
 #: KServe's own TF Serving runtime, byte for byte (UPSTREAM.md records the commit).
 UPSTREAM_RUNTIME = HERE / "kserve-tensorflow-serving.yaml"
 #: The CRDs' OpenAPI v3 schemas, by kind.
@@ -31,6 +33,15 @@ API_VERSIONS = {
 MODEL_MOUNT = "/mnt/models"
 PVC_VOLUME = "kserve-pvc-source"
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
+#: KServe's protocol versions (pkg/constants: InferenceServiceProtocol), in its
+#: order of preference: an InferenceService without `protocolVersion` gets the
+#: first its runtime declares (GetProtocolVersionPriority), and a runtime must
+#: declare an InferenceService's protocolVersion to be picked for it.
+PROTOCOLS = ("v1", "v2", "grpc-v1", "grpc-v2")
+#: The port names Knative accepts (KServe passes them on): h2c is gRPC; KServe
+#: gives a port whose name has "h2c" or "grpc" appProtocol kubernetes.io/h2c
+#: and routes inference.GRPCInferenceService calls to it.
+PORT_NAMES = {"http1": "REST", "h2c": "gRPC"}
 #: Fields of predictor.model that select the model, not the container.
 MODEL_ONLY_FIELDS = {"modelFormat", "runtime", "runtimeVersion", "storageUri", "storage",
                      "protocolVersion"}  # fmt: skip
