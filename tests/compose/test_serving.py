@@ -233,14 +233,14 @@ def test_health_endpoints(client: httpx2.Client) -> None:
 
 
 def test_metrics(client: httpx2.Client) -> None:
-    ok = 'serving_requests_total{api="predict",code="200",model="model"}'
+    ok = 'serving_requests_total{api="predict",code="200",model="model",protocol="v1"}'
     before = metric(client.get("/metrics").text, ok)
     predict(client, {"instances": [1.0]})
     page = client.get("/metrics")
     assert page.headers["content-type"].startswith("text/plain")
     text = page.text
     assert metric(text, ok) == before + 1
-    latency = 'serving_request_duration_seconds_count{api="predict",model="model"}'
+    latency = 'serving_request_duration_seconds_count{api="predict",model="model",protocol="v1"}'
     assert metric(text, latency) >= before + 1
     inference = 'serving_inference_duration_seconds_count{model="model"}'
     assert metric(text, inference) >= before + 1

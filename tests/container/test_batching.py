@@ -240,7 +240,12 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
                    answer.status_code == 200)  # fmt: skip
 
         assert poll(server.idle, 60, 0.05), server.logs()
-        labels = {"method": "Predict", "code": "RESOURCE_EXHAUSTED", "model": "mlp"}
+        labels = {
+            "method": "Predict",
+            "code": "RESOURCE_EXHAUSTED",
+            "model": "mlp",
+            "protocol": "v1",
+        }
         exhausted = server.metric("serving_grpc_requests_total", **labels)
         with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
             sent = pool.submit(server.grpc, {"op": "parallel", "ops": [GATED] * 5})
@@ -259,7 +264,7 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
         before = server.metric("serving_batches_total")
         ended = {
             code: server.metric("serving_grpc_requests_total", method="Predict", code=code,
-                                model="mlp")
+                                model="mlp", protocol="v1")
             for code in ("DEADLINE_EXCEEDED", "CANCELLED")
         }  # fmt: skip
         with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
@@ -278,7 +283,7 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
         # The server answered it (it was not refused at the door by the client's deadline).
         answered = sum(
             server.metric("serving_grpc_requests_total", method="Predict", code=code,
-                          model="mlp") - ended[code]
+                          model="mlp", protocol="v1") - ended[code]
             for code in ended
         )  # fmt: skip
         assert answered == 1

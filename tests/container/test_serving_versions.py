@@ -341,7 +341,12 @@ def test_several_models_policies_labels_and_warm_up_from_the_config_file(
             assert (response.status_code, response.json()) == (code, {"error": message})
         assert server.metric("serving_model_warmup_records_total", model="warm") == 5
         assert "5 warm-up record(s) replayed" in server.logs()
-        assert server.metric("serving_requests_total", api="predict", code="200", model="all") == 4
+        assert (
+            server.metric(
+                "serving_requests_total", api="predict", code="200", model="all", protocol="v1"
+            )
+            == 4
+        )
         assert server.metric("serving_model_versions_available", model="all") == 3
         # A ghost label points at a version that does not exist: said at start.
         assert "version_labels 'ghost' -> 7" in server.logs()

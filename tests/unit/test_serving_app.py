@@ -256,10 +256,20 @@ def test_health_and_metrics(client: TestClient) -> None:
     page = client.get("/metrics")
     assert page.status_code == 200
     text = page.text
-    assert 'serving_requests_total{api="predict",code="200",model="model"} 1.0' in text
-    assert 'serving_requests_total{api="predict",code="400",model="model"} 1.0' in text
-    assert 'serving_request_errors_total{api="predict",kind="client",model="model"} 1.0' in text
-    assert 'serving_request_duration_seconds_count{api="predict",model="model"} 2.0' in text
+    assert (
+        'serving_requests_total{api="predict",code="200",model="model",protocol="v1"} 1.0' in text
+    )
+    assert (
+        'serving_requests_total{api="predict",code="400",model="model",protocol="v1"} 1.0' in text
+    )
+    assert (
+        'serving_request_errors_total{api="predict",kind="client",model="model",protocol="v1"} 1.0'
+        in text
+    )
+    assert (
+        'serving_request_duration_seconds_count{api="predict",model="model",protocol="v1"} 2.0'
+        in text
+    )
     assert 'serving_inference_duration_seconds_count{model="model"} 1.0' in text
     assert 'serving_model_version{model="model"} 1.0' in text
     assert "serving_workers 2.0" in text

@@ -34,6 +34,7 @@ from tf_entrypoint.serving.core.types import (
     Signature,
     Tensor,
     format_shape,
+    quote,
     values_list,
 )
 
@@ -190,6 +191,35 @@ def checked_predict(
     check_dtypes(inputs, signature)
     wanted = tuple(output_filter) or tuple(sorted(signature.outputs))
     return name, inputs.tensors(), wanted
+
+
+def unnamed_signature(requested: str | None, signatures: Mapping[str, Signature]) -> str:
+    """The signature a request of a protocol without signature names runs (the Open
+    Inference Protocol): `requested` (its `signature_name` parameter) if given, else
+    serving_default, else the model's only signature (docs/v2.md, "Which signature")."""
+    if requested:
+        if requested not in signatures:
+            raise invalid_argument(
+                f"signature {quote(requested)} not found; the model's signatures: "
+                + ", ".join(sorted(signatures))
+            )
+        return requested
+    if DEFAULT_SIGNATURE in signatures:
+        return DEFAULT_SIGNATURE
+    if len(signatures) == 1:
+        return next(iter(signatures))
+    raise invalid_argument(
+        f"the model has no {DEFAULT_SIGNATURE} signature; name one of its signatures "
+        f"({', '.join(sorted(signatures)) or 'none'}) with the signature_name parameter"
+    )
+
+
+def signature_of(parameters: Mapping[str, object], signatures: Mapping[str, Signature]) -> str:
+    """:func:`unnamed_signature` of a request whose `signature_name` parameter may name one."""
+    name = parameters.get("signature_name")
+    if name is not None and not isinstance(name, str):
+        raise invalid_argument(f"the signature_name parameter must be a string, not {quote(name)}")
+    return unnamed_signature(name, signatures)
 
 
 # --------------------------------------------------------------------------

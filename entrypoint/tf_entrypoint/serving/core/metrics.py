@@ -42,6 +42,9 @@ LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 #: Values of the `api` label: a fixed set, whatever URLs clients send.
 APIS = ("predict", "metadata", "status", "health", "metrics", "other")
+#: Values of the `protocol` label: TF Serving's API (REST /v1/, tensorflow.serving
+#: gRPC services) and the Open Inference Protocol (REST /v2/, inference.GRPCInferenceService).
+PROTOCOLS = ("v1", "v2")
 
 
 class Metrics:
@@ -56,8 +59,8 @@ class Metrics:
     def __init__(self) -> None:
         #: The series of the request metrics by label values, looked up once each
         #: (prometheus_client's labels() checks and locks on every call).
-        self._rest_series: dict[tuple[str, int, str], tuple[Any, Any, Any]] = {}
-        self._grpc_series: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._rest_series: dict[tuple[str, int, str, str], tuple[Any, Any, Any]] = {}
+        self._grpc_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
         self._inference_series: dict[str, Any] = {}
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
@@ -65,20 +68,20 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "serving_requests",
-            "HTTP requests answered, by API, status code and model.",
-            ["api", "code", "model"],
+            "HTTP requests answered, by API, status code, model and protocol.",
+            ["api", "code", "model", "protocol"],
             registry=r,
         )
         self.errors = Counter(
             "serving_request_errors",
             "Requests answered with an error: kind=client (4xx) or server (5xx).",
-            ["api", "kind", "model"],
+            ["api", "kind", "model", "protocol"],
             registry=r,
         )
         self.latency = Histogram(
             "serving_request_duration_seconds",
-            "Time from request received to response ready, by API and model.",
-            ["api", "model"],
+            "Time from request received to response ready, by API, model and protocol.",
+            ["api", "model", "protocol"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -91,14 +94,14 @@ class Metrics:
         )
         self.grpc_requests = Counter(
             "serving_grpc_requests",
-            "gRPC calls answered, by method, status code and model.",
-            ["method", "code", "model"],
+            "gRPC calls answered, by method, status code, model and protocol.",
+            ["method", "code", "model", "protocol"],
             registry=r,
         )
         self.grpc_latency = Histogram(
             "serving_grpc_request_duration_seconds",
-            "Time from gRPC call received to response ready, by method and model.",
-            ["method", "model"],
+            "Time from gRPC call received to response ready, by method, model and protocol.",
+            ["method", "model", "protocol"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -196,15 +199,17 @@ class Metrics:
             self.loads.labels(model, result)
         self.unloads.labels(model, "success")
 
-    def observe(self, api: str, code: int, seconds: float, model: str = "") -> None:
-        key = (api, code, model)
+    def observe(
+        self, api: str, code: int, seconds: float, model: str = "", protocol: str = "v1"
+    ) -> None:
+        key = (api, code, model, protocol)
         series = self._rest_series.get(key)
-        if series is None:  # label values are bounded: APIS, statuses, configured models
+        if series is None:  # label values are bounded: APIS, statuses, models, PROTOCOLS
             kind = "server" if code >= 500 else "client" if code >= 400 else None
             series = self._rest_series[key] = (
-                self.requests.labels(api, str(code), model),
-                None if kind is None else self.errors.labels(api, kind, model),
-                self.latency.labels(api, model),
+                self.requests.labels(api, str(code), model, protocol),
+                None if kind is None else self.errors.labels(api, kind, model, protocol),
+                self.latency.labels(api, model, protocol),
             )
         requests, errors, latency = series
         requests.inc()
@@ -212,13 +217,15 @@ class Metrics:
             errors.inc()
         latency.observe(seconds)
 
-    def observe_grpc(self, method: str, code: str, seconds: float, model: str = "") -> None:
-        key = (method, code, model)
+    def observe_grpc(
+        self, method: str, code: str, seconds: float, model: str = "", protocol: str = "v1"
+    ) -> None:
+        key = (method, code, model, protocol)
         series = self._grpc_series.get(key)
         if series is None:
             series = self._grpc_series[key] = (
-                self.grpc_requests.labels(method, code, model),
-                self.grpc_latency.labels(method, model),
+                self.grpc_requests.labels(method, code, model, protocol),
+                self.grpc_latency.labels(method, model, protocol),
             )
         series[0].inc()
         series[1].observe(seconds)

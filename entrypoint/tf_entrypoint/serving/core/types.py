@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tf_entrypoint.serving.core.errors import invalid_argument
+
 #: The signature used when a request names none.
 DEFAULT_SIGNATURE = "serving_default"
 PREDICT_METHOD = "tensorflow/serving/predict"
@@ -72,6 +74,29 @@ class Route:
     model: str
     version: int | None = None
     label: str | None = None
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def version_number(text: str | None) -> int | None:
+    """A version as a request names it (URL, v2's model_version): digits that fit
+    int64, else TF Serving's error (INVALID_ARGUMENT).
+
+    Its length is checked before int(): Python refuses to convert more than
+    4,300 digits (ValueError), and a URL may carry thousands.
+    """
+    if text is None:
+        return None
+    digits = text.lstrip("0")
+    if (
+        not (text.isascii() and text.isdigit())
+        or len(digits) > len(str(_INT64_MAX))
+        or int(digits or "0") > _INT64_MAX
+    ):
+        shown = text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
+        raise invalid_argument(f"Failed to convert version: {shown} to numeric.")
+    return int(digits or "0")
 
 
 def servable_request(route: Route) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import invalid_argument
+from tf_entrypoint.serving.core.types import version_number
 
 # TF Serving's URL grammar (http_rest_api_util.cc), matched, as there, on the
 # path as sent (still percent-encoded); the model name and label are decoded
@@ -23,30 +24,18 @@ _STATUS_PATH = re.compile(
     r"/v1/models(?:/([^/:]+))?(?:(?:/versions/([0-9]+))|(?:/labels/([^/:]+)))?(?:/(metadata))?",
     re.IGNORECASE | re.ASCII,
 )
-_INT64_MAX = 2**63 - 1
 
 
-def _version(text: str | None) -> int | None:
-    """A version from the URL: digits that fit int64, else TF Serving's 400.
-
-    Its length is checked before int(): Python refuses to convert more than
-    4,300 digits (ValueError), and a URL may carry thousands.
-    """
-    if text is None:
-        return None
-    digits = text.lstrip("0")
-    if len(digits) > len(str(_INT64_MAX)) or int(digits or "0") > _INT64_MAX:
-        shown = text if len(text) <= p.MAX_QUOTED else text[: p.MAX_QUOTED - 3] + "..."
-        raise invalid_argument(f"Failed to convert version: {shown} to numeric.")
-    return int(digits or "0")
-
-
-def _decoded(text: str | None) -> str | None:
+def decoded_name(text: str | None) -> str | None:
     """A percent-encoded name or label, decoded as UTF-8 (U+FFFD for bytes that are not)."""
     if text is None:
         return None
     raw = urllib.parse.unquote_to_bytes(text)
     return raw.decode("utf-8", "replace")
+
+
+def _route(kind: p.Kind, name: str, version: str | None, label: str | None) -> p.Route:
+    return p.Route(kind, decoded_name(name) or "", version_number(version), decoded_name(label))
 
 
 def parse_route(method: str, path: str) -> p.Route:
@@ -61,7 +50,9 @@ def parse_route(method: str, path: str) -> p.Route:
         if match:
             name, version, label, verb = match.groups()
             kind: p.Kind = verb.lower()  # type: ignore[assignment]
-            return p.Route(kind, _decoded(name) or "", _version(version), _decoded(label))
+            return p.Route(
+                kind, decoded_name(name) or "", version_number(version), decoded_name(label)
+            )
     elif method in ("GET", "HEAD"):
         match = _STATUS_PATH.fullmatch(path)
         if match:
@@ -69,7 +60,9 @@ def parse_route(method: str, path: str) -> p.Route:
             if not name:
                 raise invalid_argument("Missing model name in request.")
             kind = "metadata" if metadata else "status"
-            return p.Route(kind, _decoded(name) or "", _version(version), _decoded(label))
+            return p.Route(
+                kind, decoded_name(name) or "", version_number(version), decoded_name(label)
+            )
     raise invalid_argument(f"Malformed request: {method} {p.quote(path)}")
 
 
