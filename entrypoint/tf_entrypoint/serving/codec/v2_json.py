@@ -13,7 +13,7 @@ the signature; each input's datatype and shape are checked here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,10 +73,16 @@ def split_body(body: bytes, header_length: int | None) -> tuple[bytes, memoryvie
 def parse_infer_request(
     body: bytes,
     header_length: int | None,
-    signature_inputs: Mapping[str, TensorSpec],
+    signature_inputs: Mapping[str, TensorSpec]
+    | Callable[[Mapping[str, Any]], Mapping[str, TensorSpec]],
     limit: int,
 ) -> InferRequest:
-    """An infer request's JSON (and binary data) as tensors of their datatypes."""
+    """An infer request's JSON (and binary data) as tensors of their datatypes.
+
+    `signature_inputs`: the inputs of the signature that runs it, or a function
+    of the request's parameters that gives them (the signature a request's
+    `signature_name` parameter picks), called before any input is decoded.
+    """
     text, binary = split_body(body, header_length)
     document = parse_json_object(text)
     request_id = document.get("id")
@@ -88,6 +94,8 @@ def parse_infer_request(
         raise invalid_argument(
             f"parameters.binary_data_output must be true or false, not {quote(binary_output)}"
         )
+    if callable(signature_inputs):
+        signature_inputs = signature_inputs(parameters)
     items = document.get("inputs")
     if not isinstance(items, list):
         raise invalid_argument(

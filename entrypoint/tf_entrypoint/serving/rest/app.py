@@ -16,6 +16,7 @@ from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 from tf_entrypoint.serving.rest.handlers import Endpoints
+from tf_entrypoint.serving.rest.v2 import V2Endpoints
 
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -59,4 +60,4 @@ def create_app(core: ServingCore, config: ServeConfig, *, owns_core: bool = True
         middleware=[Middleware(CutOffMiddleware, cutoff=core.cutoff)],
     )
     app.state.serving = core
-    return RestApp(core, endpoints, app)
+    return RestApp(core, endpoints, app, V2Endpoints(core, config))

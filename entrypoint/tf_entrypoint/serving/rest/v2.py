@@ -1,0 +1,249 @@
+"""The Open Inference Protocol (KServe v2) on the REST port, beside TF Serving's /v1/.
+
+`rest/asgi.py` hands every request whose path is `/v2` or under `/v2/` to
+:meth:`V2Endpoints.handle`, in raw ASGI as the /v1/ inference path: server
+metadata and health, a model's metadata and readiness, and `infer` with the
+JSON tensor form and Triton's binary tensor data extension
+(`Inference-Header-Content-Length`). The frame is the /v1/ one: the model is
+checked, the request admitted (--max-queue) before its body is read, the body
+read within --max-body-bytes and --request-timeout, the call run on a worker
+or inline (core/admission.py), and through the batch queue when batching is
+on, so a v2 request batches with /v1/ requests of the same signature. The
+wire format is codec/v2_json.py's; errors are `{"error": "..."}` with the
+status of TF Serving's table (docs/v2.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Callable
+
+from tf_entrypoint import __version__
+from tf_entrypoint.serving.codec import v2_json
+from tf_entrypoint.serving.config import ServeConfig
+from tf_entrypoint.serving.core import inference as core_inference
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.inference import Decoded, signature_of
+from tf_entrypoint.serving.core.limits import RequestLimits
+from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.serving_core import ServingCore
+from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
+from tf_entrypoint.serving.rest.errors import ERRORS, Answer, error_answer
+from tf_entrypoint.serving.rest.routes import decoded_name, path_as_sent
+
+#: The metrics' `protocol` label of these requests.
+PROTOCOL = "v2"
+#: The binary tensor data extension's header: the JSON part's length in bytes.
+HEADER_LENGTH = "Inference-Header-Content-Length"
+_HEADER_LENGTH = HEADER_LENGTH.lower().encode("latin-1")
+#: A model's paths (matched on the path as sent; the name is decoded after).
+_MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?", re.ASCII)
+_JSON = {"Content-Type": "application/json"}
+_BINARY = "application/octet-stream"
+
+
+def _empty(status: int) -> Answer:
+    return Answer(status, b"", _JSON)
+
+
+def _json(status: int, body: bytes) -> Answer:
+    return Answer(status, body, _JSON)
+
+
+def _error(err: ServingError) -> Answer:
+    """An error as the protocol's `{"error": "..."}` (TF Serving's shape, the same)."""
+    found = error_answer(err)
+    return Answer(found.status, found.body, {**found.headers, **_JSON}, found.code)
+
+
+def _not_found(method: str, path: str) -> Answer:
+    return _error(ServingError(Code.NOT_FOUND, f"no v2 endpoint at {method} {p.quote(path)}"))
+
+
+def _method_not_allowed(method: str, path: str, allowed: str) -> Answer:
+    body = v2_json.error_body(f"{method} is not allowed on {p.quote(path)}; use {allowed}")
+    return Answer(405, body, {**_JSON, "Allow": allowed}, "INVALID_ARGUMENT")
+
+
+def _header_length(scope: Scope) -> int | None:
+    """The binary extension's header, as a number of bytes (None when absent)."""
+    for name, value in scope.get("headers", ()):
+        if name == _HEADER_LENGTH:
+            text = value.decode("latin-1").strip()
+            if not text.isdigit() or len(text) > 18:
+                raise invalid_argument(
+                    f"{HEADER_LENGTH} must be the JSON part's length in bytes (a non-negative "
+                    f"integer), not {p.quote(text)}"
+                )
+            return int(text)
+    return None
+
+
+def infer(
+    manager: Manager,
+    route: p.Route,
+    body: Body,
+    header_length: int | None,
+    observe_inference: Callable[[float], None],
+    *,
+    limits: RequestLimits,
+) -> Answer:
+    """POST /v2/models/NAME[/versions/N]/infer. Blocking: on a worker, or inline.
+
+    The version is chosen here, as for /v1/ (a request queued during a swap
+    runs on the newest version); the body is parsed and the answer written
+    while holding a JSON conversion slot (docs/robustness.md).
+    """
+    try:
+        with manager.lease(route) as version:
+            servable = version.servable
+            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+            signatures = servable.signatures
+            with limits.slot():
+                request = v2_json.parse_infer_request(
+                    body.take(),
+                    header_length,
+                    lambda parameters: signatures[signature_of(parameters, signatures)].inputs,
+                    limits.expansion,
+                )
+            name = signature_of(request.parameters, signatures)
+            wanted = [output.name for output in request.outputs]
+            started = time.perf_counter()
+            name, outputs = core_inference.predict(servable, name, Decoded(request.inputs), wanted)
+            observe_inference(time.perf_counter() - started)
+            number = version.number
+        with limits.slot():
+            data, json_length = v2_json.infer_response(
+                route.model,
+                str(number),
+                request.id,
+                outputs,
+                requested=request.outputs,
+                binary_data_output=request.binary_data_output,
+            )
+    except ERRORS as err:
+        return _error(err)
+    if json_length is None:
+        return _json(200, data)
+    return Answer(200, data, {"Content-Type": _BINARY, HEADER_LENGTH: str(json_length)})
+
+
+class V2Endpoints:
+    """The /v2/ handlers of one application, around its ServingCore."""
+
+    def __init__(self, state: ServingCore, config: ServeConfig) -> None:
+        self.state = state
+        self.config = config
+        self.metrics = state.metrics
+        self._server_metadata = v2_json.server_metadata(__version__)
+
+    async def handle(self, scope: Scope, receive: Receive) -> Answer:
+        """Any request under /v2 (rest/asgi.py routes it here, cut-off tracked)."""
+        started = time.perf_counter()
+        method, path = scope["method"], path_as_sent(scope)
+        api, route = "other", None
+        try:
+            if path in ("/v2", "/v2/"):
+                api, result = "metadata", self._get(method, path, self._metadata)
+            elif path == "/v2/health/live":
+                api, result = "health", self._get(method, path, lambda: _empty(200))
+            elif path == "/v2/health/ready":
+                api, result = "health", self._get(method, path, self._ready)
+            else:
+                match = _MODEL_PATH.fullmatch(path)
+                if match is None:
+                    result = _not_found(method, path)
+                else:
+                    route, api, result = await self._model(scope, receive, match)
+        except ERRORS as err:
+            result = _error(err)
+        except Disconnected:
+            result = Answer(499, b"", {}, "CANCELLED")
+        self.finish(api, route, result, started)
+        return result
+
+    def _get(self, method: str, path: str, answer: Callable[[], Answer]) -> Answer:
+        if method not in ("GET", "HEAD"):
+            return _method_not_allowed(method, path, "GET")
+        return answer()
+
+    def _metadata(self) -> Answer:
+        return _json(200, self._server_metadata)
+
+    def _ready(self) -> Answer:
+        pending, _ = self.state.manager.readiness()
+        if self.state.draining:
+            return _json(400, v2_json.error_body("the server is shutting down"))
+        if pending:
+            waiting = ", ".join(sorted(pending))
+            return _json(400, v2_json.error_body(f"model(s) {waiting} not available yet"))
+        return _empty(200)
+
+    async def _model(
+        self, scope: Scope, receive: Receive, match: re.Match[str]
+    ) -> tuple[p.Route, str, Answer]:
+        method, path = scope["method"], path_as_sent(scope)
+        name, version_text, action = match.groups()
+        version = p.version_number(version_text)
+        model = decoded_name(name) or ""
+        if action == "/infer":
+            route = p.Route("predict", model, version)
+            if method != "POST":
+                return route, "predict", _method_not_allowed(method, path, "POST")
+            return route, "predict", await self._infer(scope, receive, route)
+        route = p.Route("metadata" if action is None else "status", model, version)
+        if method not in ("GET", "HEAD"):
+            return route, route.kind, _method_not_allowed(method, path, "GET")
+        if action is None:
+            return route, "metadata", self._model_metadata(route)
+        return route, "status", self._model_ready(route)
+
+    def _model_metadata(self, route: p.Route) -> Answer:
+        manager = self.state.manager
+        with manager.lease(route) as version:
+            servable = version.servable
+            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+            signatures = servable.signatures
+            signature = signatures[core_inference.unnamed_signature(None, signatures)]
+            versions = [version.number] if route.version is not None else None
+        if versions is None:
+            versions = self.state.manager.readiness()[1].get(route.model, [])
+        return _json(200, v2_json.model_metadata(route.model, versions, signature))
+
+    def _model_ready(self, route: p.Route) -> Answer:
+        try:
+            self.state.manager.check(route)
+        except ERRORS as err:
+            if err.code == Code.NOT_FOUND:
+                return _error(err)
+            return _json(400, v2_json.error_body(err.message))
+        return _empty(200)
+
+    async def _infer(self, scope: Scope, receive: Receive, route: p.Route) -> Answer:
+        state, config = self.state, self.config
+        header_length = _header_length(scope)
+        state.manager.check(route)  # unknown model or not loaded: no worker needed
+        admission = state.pool.admit()  # before the body is read, as /v1/
+        try:
+            body = Body(
+                await read_body(scope, receive, config.max_body_bytes, config.request_timeout)
+            )
+        except BaseException:
+            admission.release()
+            raise
+        model = state.model_label(route)
+        observe = functools.partial(self.metrics.observe_inference, model)
+        work = functools.partial(
+            infer, state.manager, route, body, header_length, observe, limits=state.limits
+        )
+        return await state.pool.run(
+            work, config.request_timeout, admission, model=route.model, size=body.size
+        )
+
+    def finish(self, api: str, route: p.Route | None, result: Answer, started: float) -> None:
+        """Count one /v2/ request in the server's metrics (protocol="v2")."""
+        model = self.state.model_label(route)
+        self.metrics.observe(api, result.status, time.perf_counter() - started, model, PROTOCOL)
