@@ -39,6 +39,10 @@ R = TypeVar("R")
 #: A call's context (requests and responses are protobuf messages, untyped here).
 Context = aio.ServicerContext[Any, Any]
 
+#: The Open Inference Protocol's methods (inference_v2.py): protocol "v2" in the metrics.
+V2_METHODS = frozenset(
+    ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer")
+)
 #: The gRPC method names, the `method` label of the gRPC metrics.
 METHODS = (
     "Predict",
@@ -50,6 +54,7 @@ METHODS = (
     "HandleReloadConfigRequest",
     *profiler.METHODS,
     "ProfilerService",
+    *V2_METHODS,
 )
 #: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
 INFERENCE_METHODS = {
@@ -255,15 +260,18 @@ class Calls:
     def observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
         seconds = time.perf_counter() - started
         model = self.state.model_label(route)
-        self.metrics.observe_grpc(method, code, seconds, model)
+        protocol = "v2" if method in V2_METHODS else "v1"
+        self.metrics.observe_grpc(method, code, seconds, model, protocol)
         if method in INFERENCE_METHODS:  # TF Serving counts these three only
             self.metrics.request_done(model, method, monitoring.ENTRYPOINT_GRPC, code, seconds)
 
     def observe_inference(self, method: str, route: p.Route, seconds: float) -> None:
-        """Seconds inside TensorFlow for one successful Predict, Classify or Regress."""
+        """Seconds inside TensorFlow for one successful Predict, Classify, Regress or
+        ModelInfer (TF Serving's runtime_latency counts the first three only)."""
         model = self.state.model_label(route)
         self.metrics.observe_inference(model, seconds)
-        self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+        if method in INFERENCE_METHODS:
+            self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
 
 
 class Undecodable:

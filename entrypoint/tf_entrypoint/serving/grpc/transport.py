@@ -23,6 +23,7 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
 )
 
+from tf_entrypoint.serving.codec.v2_proto import SERVICE as V2_SERVICE
 from tf_entrypoint.serving.config import ServeConfig, channel_args
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
 from tf_entrypoint.serving.core.serving_core import ServingCore
@@ -35,6 +36,7 @@ from tf_entrypoint.serving.grpc.health import (
     TF_SERVING_SERVICES,
     Health,
 )
+from tf_entrypoint.serving.grpc.inference_v2 import InferenceService, add_inference_service
 from tf_entrypoint.serving.grpc.model_service import ModelService
 from tf_entrypoint.serving.grpc.prediction import PredictionService, add_prediction_service
 
@@ -95,7 +97,8 @@ class GrpcServer:
         self._bound.wait()
         if self._failure is not None:
             raise self._failure
-        log.info("gRPC (TF Serving's PredictionService, ModelService, health) on %s",
+        log.info("gRPC (TF Serving's PredictionService, ModelService; the Open Inference "
+                 "Protocol's GRPCInferenceService; health) on %s",
                  ", ".join(self.addresses()))  # fmt: skip
 
     def drain(self) -> None:
@@ -146,6 +149,7 @@ class GrpcServer:
         services.add_generic_rpc_handlers((profiling,))
         add_prediction_service(PredictionService(handlers), services)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), services)
+        add_inference_service(InferenceService(handlers), services)
         self.health = Health()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
         for address in self.addresses():
@@ -156,7 +160,7 @@ class GrpcServer:
             if not bound and not address.startswith("unix:"):
                 raise OSError(f"cannot listen for gRPC on {address} (in use?)")
         await self._update_health()
-        for name in TF_SERVING_SERVICES:
+        for name in (*TF_SERVING_SERVICES, V2_SERVICE):
             await self.health.set(name, SERVING)
         await server.start()
         self._bound.set()

@@ -1,0 +1,235 @@
+"""The Open Inference Protocol's gRPC service (grpc/inference_v2.py), on pure-Python models.
+
+A real grpc.aio server on 127.0.0.1 with the transport's call frame
+(grpc/calls.py) over a serving core, called through a real channel with
+codec/v2_proto.py's messages (whose wire format test_v2_proto.py checks
+against tritonclient's own). tritonclient itself runs against the image in
+tests/container/test_v2_clients.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc import aio
+
+from tests.unit.test_serving_app import config, export
+from tests.unit.test_serving_v2_rest import Mixed
+from tf_entrypoint import __version__
+from tf_entrypoint.serving.codec import v2_proto as pb
+from tf_entrypoint.serving.core.serving_core import ServingCore
+from tf_entrypoint.serving.grpc.calls import Calls, CheckingServer
+from tf_entrypoint.serving.grpc.inference_v2 import InferenceService, add_inference_service
+from tf_entrypoint.serving.main import build_core
+
+Call = Callable[[str, Any], Awaitable[Any]]
+
+
+class Server:
+    def __init__(self, core: ServingCore, channel: aio.Channel) -> None:
+        self.core = core
+        self.channel = channel
+
+    async def call(self, method: str, request: Any) -> Any:
+        response_class = {name: response for name, _, response in pb.METHODS}[method]
+        stub = self.channel.unary_unary(
+            f"/{pb.SERVICE}/{method}",
+            request_serializer=type(request).SerializeToString,
+            response_deserializer=response_class.FromString,
+        )
+        return await stub(request, timeout=10)
+
+
+async def _serve(tmp_path: Path, *args: str) -> AsyncIterator[Server]:
+    export(tmp_path)
+    conf = config(tmp_path, *args)
+    core = build_core(conf, loader=lambda directory, version: Mixed())
+    calls = Calls(core, conf)
+    server = aio.server()
+    services = CheckingServer(server, lambda method, code, started: None)
+    add_inference_service(InferenceService(calls), services)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    core.start()
+    deadline = time.monotonic() + 10
+    while core.manager.readiness()[0] and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    try:
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield Server(core, channel)
+    finally:
+        await server.stop(0)
+        core.close()
+
+
+def run(coroutine: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
+    """A test body run on its own event loop (no asyncio plugin in this suite)."""
+
+    def test(tmp_path: Path) -> None:
+        asyncio.run(coroutine(tmp_path))
+
+    test.__name__ = coroutine.__name__
+    test.__doc__ = coroutine.__doc__
+    return test
+
+
+async def _with_server(tmp_path: Path, body: Callable[[Server], Awaitable[None]]) -> None:
+    async for server in _serve(tmp_path):
+        await body(server)
+
+
+def _x_input(request: Any, raw: bool) -> None:
+    x = request.inputs.add(name="x", datatype="FP32", shape=[2, 2])
+    if raw:
+        request.raw_input_contents.append(struct.pack("<4f", 1, 2, 3, 4.5))
+    else:
+        x.contents.fp32_contents.extend([1, 2, 3, 4.5])
+
+
+@run
+async def test_health_and_metadata(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        assert (await server.call("ServerLive", pb.ServerLiveRequest())).live
+        assert (await server.call("ServerReady", pb.ServerReadyRequest())).ready
+        ready = await server.call("ModelReady", pb.ModelReadyRequest(name="model"))
+        assert ready.ready
+        ready = await server.call("ModelReady", pb.ModelReadyRequest(name="model", version="1"))
+        assert ready.ready
+        metadata = await server.call("ServerMetadata", pb.ServerMetadataRequest())
+        assert (metadata.name, metadata.version, list(metadata.extensions)) == (
+            "tf-entrypoint",
+            __version__,
+            ["binary_tensor_data"],
+        )
+        model = await server.call("ModelMetadata", pb.ModelMetadataRequest(name="model"))
+        assert (model.name, list(model.versions), model.platform) == (
+            "model",
+            ["1"],
+            "tensorflow_savedmodel",
+        )
+        assert [(t.name, t.datatype, list(t.shape)) for t in model.inputs] == [
+            ("x", "FP32", [-1, 2])
+        ]
+        assert [(t.name, t.datatype, list(t.shape)) for t in model.outputs] == [
+            ("sum", "FP32", [-1]),
+            ("twice", "FP32", [-1, 2]),
+        ]
+
+    await _with_server(tmp_path, body)
+
+
+@run
+async def test_model_infer_typed_or_raw_answers_raw(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        for raw in (False, True):
+            request = pb.ModelInferRequest(model_name="model", id=f"call-{raw}")
+            _x_input(request, raw)
+            response = await server.call("ModelInfer", request)
+            assert (response.model_name, response.model_version, response.id) == (
+                "model",
+                "1",
+                f"call-{raw}",
+            )
+            assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
+                ("sum", "FP32", [2]),
+                ("twice", "FP32", [2, 2]),
+            ]
+            assert struct.unpack("<2f", response.raw_output_contents[0]) == (3.0, 7.5)
+            assert struct.unpack("<4f", response.raw_output_contents[1]) == (2, 4, 6, 9)
+
+    await _with_server(tmp_path, body)
+
+
+@run
+async def test_requested_outputs_and_the_signature_parameter(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        request = pb.ModelInferRequest(model_name="model", model_version="1")
+        pb.set_parameter(request.parameters, "signature_name", "words")
+        words = request.inputs.add(name="s", datatype="BYTES", shape=[2])
+        words.contents.bytes_contents.extend([b"ab", b"xyz"])
+        request.outputs.add(name="upper")
+        response = await server.call("ModelInfer", request)
+        assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
+            ("upper", "BYTES", [2])
+        ]
+        assert response.raw_output_contents[0] == b"\x02\x00\x00\x00AB\x03\x00\x00\x00XYZ"
+
+    await _with_server(tmp_path, body)
+
+
+async def _code(server: Server, request: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(aio.AioRpcError) as caught:
+        await server.call("ModelInfer", request)
+    return caught.value.code(), caught.value.details() or ""
+
+
+@run
+async def test_bad_requests_get_clear_errors(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        def request(**fields: Any) -> Any:
+            made = pb.ModelInferRequest(model_name="model", **fields)
+            _x_input(made, raw=False)
+            return made
+
+        invalid = grpc.StatusCode.INVALID_ARGUMENT
+        cases: list[tuple[Any, grpc.StatusCode, list[str]]] = [
+            (pb.ModelInferRequest(model_name="other"), grpc.StatusCode.NOT_FOUND, ["other"]),
+            (request(model_version="9"), grpc.StatusCode.NOT_FOUND, ["9"]),
+            (request(model_version="x"), invalid, ["x"]),
+            (pb.ModelInferRequest(), invalid, ["model_name"]),
+        ]
+        wrong_type = pb.ModelInferRequest(model_name="model")
+        wrong_type.inputs.add(
+            name="x", datatype="FP64", shape=[1, 2]
+        ).contents.fp64_contents.extend([1, 2])
+        cases.append((wrong_type, invalid, ["x", "FP64", "FP32"]))
+        short = pb.ModelInferRequest(model_name="model")
+        short.inputs.add(name="x", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1])
+        cases.append((short, invalid, ["x"]))
+        mixed = request()
+        mixed.raw_input_contents.append(b"\x00" * 16)
+        cases.append((mixed, invalid, ["raw_input_contents"]))
+        half = pb.ModelInferRequest(model_name="model")
+        half.inputs.add(name="x", datatype="FP16", shape=[1, 2]).contents.fp32_contents.extend(
+            [1, 2]
+        )
+        cases.append((half, invalid, ["x"]))
+        unknown_output = request()
+        unknown_output.outputs.add(name="zzz")
+        cases.append((unknown_output, invalid, ["zzz"]))
+        for sent, code, words in cases:
+            found, details = await _code(server, sent)
+            assert found == code, (sent, details)
+            for word in words:
+                assert word in details, (word, details)
+        unknown = pb.ModelReadyRequest(name="other")
+        with pytest.raises(aio.AioRpcError) as caught:
+            await server.call("ModelReady", unknown)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+    await _with_server(tmp_path, body)
+
+
+@run
+async def test_calls_are_counted_with_protocol_v2(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        request = pb.ModelInferRequest(model_name="model")
+        _x_input(request, raw=True)
+        await server.call("ModelInfer", request)
+        await server.call("ServerLive", pb.ServerLiveRequest())
+        page = server.core.metrics.exposition().decode()
+        assert (
+            'serving_grpc_requests_total{code="OK",method="ModelInfer",model="model",'
+            'protocol="v2"} 1.0'
+        ) in page
+        live = 'serving_grpc_requests_total{code="OK",method="ServerLive",model="",protocol="v2"}'
+        assert f"{live} 1.0" in page
+
+    await _with_server(tmp_path, body)
