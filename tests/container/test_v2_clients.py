@@ -422,11 +422,14 @@ def test_kserve_clients(server: V2Server, transport: str) -> None:
         "kserve_clients.py", address, *ops
     )
     assert (value(live), value(ready), value(model_ready)) == (True, True, True)
+    # kserve 0.21's REST client drops model_version when it reads a response
+    # (InferResponse.from_bytes); its gRPC client keeps it.
+    version = None if transport == "rest" else "1"
     for result, request_id in ((typed, "typed"), (raw, "raw")):
         answer = value(result)
         assert answer["outputs"] == everything
         assert (answer["model_name"], answer["model_version"], answer["id"]) == (
-            "mixed", "1", request_id
+            "mixed", version, request_id
         )  # fmt: skip
     assert value(latest)["outputs"]["y"]["data"] == flat(server.v1("plus", [1.0, 2.5]))
     status, message = error(missing)

@@ -49,7 +49,11 @@ def listed(datatype: str, values: Any) -> dict[str, Any]:
     flat = values.reshape(-1)
     data: list[Any]
     if datatype == "BYTES":
-        data = [base64.b64encode(bytes(value)).decode() for value in flat]
+        # kserve gives the elements of a JSON BYTES output as str, tritonclient as bytes.
+        data = [
+            base64.b64encode(value.encode() if isinstance(value, str) else bytes(value)).decode()
+            for value in flat
+        ]
     elif datatype in ("FP16", "FP32"):
         data = [float(str(value)) for value in flat]  # the shortest text of the float
     else:
