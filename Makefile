@@ -66,9 +66,21 @@ $(SECURITY_VENV)/bin/checkov: requirements/security.lock
 security: venv $(SECURITY_VENV)/bin/checkov ## validate deploy/kubernetes and deploy/kserve: Kubernetes and KServe schemas, restricted PSS, checkov
 	$(BIN)/pytest -m "not container" tests/deploy $(PYTEST_ARGS)
 
+# tritonclient and kserve (tests/container/test_v2_clients.py runs them as subprocesses):
+# their own venv, as they pin a protobuf older than the dev venv's.
+CLIENTS_VENV ?= .venv-clients
+
+$(CLIENTS_VENV)/bin/python: requirements/clients.lock
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/clients.lock
+	@touch $@
+
+.PHONY: clients
+clients: $(CLIENTS_VENV)/bin/python ## create .venv-clients with the Open Inference Protocol clients (tritonclient, kserve)
+
 .PHONY: test
-test: lint $(SECURITY_VENV)/bin/checkov ## everything: lint, build the images, all tests
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: lint $(SECURITY_VENV)/bin/checkov $(CLIENTS_VENV)/bin/python ## everything: lint, build the images, all tests
+	TF_ENTRYPOINT_CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python $(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: run
 run: image-cpu ## run the main job (see README)
