@@ -93,11 +93,16 @@ def test_server_metadata_health_and_readiness(client: TestClient) -> None:
         "version": __version__,
         "extensions": ["binary_tensor_data"],
     }
-    assert client.get("/v2/health/live").status_code == 200
-    assert client.get("/v2/health/ready").status_code == 200
-    assert client.get("/v2/models/model/ready").status_code == 200
+    live = client.get("/v2/health/live")
+    assert (live.status_code, live.json()) == (200, {"live": True})
+    ready = client.get("/v2/health/ready")
+    assert (ready.status_code, ready.json()) == (200, {"ready": True})
+    model = client.get("/v2/models/model/ready")
+    assert (model.status_code, model.json()) == (200, {"name": "model", "ready": True})
     assert client.get("/v2/models/model/versions/1/ready").status_code == 200
-    assert client.head("/v2/health/ready").status_code == 200
+    head = client.head("/v2/health/ready")
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["content-length"] == str(len(ready.content))
     missing = client.get("/v2/models/other/ready")
     assert missing.status_code == 404
     assert "other" in missing.json()["error"]
@@ -328,9 +333,11 @@ def test_not_ready_while_the_model_loads(tmp_path: Path) -> None:
         try:
             assert client.get("/v2/health/live").status_code == 200
             ready = client.get("/v2/health/ready")
-            assert ready.status_code == 400
+            assert ready.status_code == 503
+            assert ready.json()["ready"] is False
             assert "model" in ready.json()["error"]
-            assert client.get("/v2/models/model/ready").status_code == 400
+            model = client.get("/v2/models/model/ready")
+            assert (model.status_code, model.json()["ready"]) == (503, False)
         finally:
             release.set()
         wait_ready(client)

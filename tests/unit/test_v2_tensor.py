@@ -458,3 +458,9 @@ def test_contents_range_errors(datatype: str, values: list[int], message: str) -
 def test_contents_count_mismatch_names_the_field() -> None:
     with raises("input 'x': shape [2,2] holds 4 FP32 values, fp32_contents has 3"):
         v2.from_contents("x", "FP32", [2, 2], [1.0, 2.0, 3.0], LIMIT)
+
+
+def test_a_signature_input_the_protocol_cannot_carry_is_refused_by_name() -> None:
+    spec = TensorSpec("DT_COMPLEX64", (-1,))
+    with raises("input 'z': the model's signature expects datatype COMPLEX64, which has no"):
+        v2.check_datatype("z", "FP32", spec)

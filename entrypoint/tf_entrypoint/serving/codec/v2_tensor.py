@@ -134,8 +134,14 @@ def tf_dtype(v2_name: str) -> str:
 
 
 def check_datatype(name: str, v2_name: str, spec: TensorSpec) -> None:
-    """Refuse an input whose datatype is not its signature's."""
+    """Refuse an input whose datatype is not its signature's, or that the signature
+    types with a dtype the protocol cannot carry."""
     expected = v2_datatype(spec.dtype)
+    if spec.dtype not in BY_DTYPE:
+        raise invalid_argument(
+            f"input '{name}': the model's signature expects datatype {expected}, which has no "
+            "Open Inference Protocol equivalent; call this signature through TF Serving's API"
+        )
     if v2_name != expected:
         raise invalid_argument(
             f"input '{name}' has datatype {v2_name}; the model's signature expects {expected}"

@@ -128,10 +128,7 @@ class InferenceService:
             with manager.lease(route) as version:
                 signatures = _servable(version).signatures
                 signature = signatures[inference.unnamed_signature(None, signatures)]
-                number = version.number
-            versions = (
-                [number] if route.version is not None else manager.readiness()[1][route.model]
-            )
+            versions = manager.readiness()[1].get(route.model, [])  # the ones that may be asked for
             response = pb.ModelMetadataResponse(
                 name=route.model, versions=[str(v) for v in versions], platform=PLATFORM
             )

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.codec import v2_json
+from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import types as p
@@ -43,10 +44,6 @@ _HEADER_LENGTH = HEADER_LENGTH.lower().encode("latin-1")
 _MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?", re.ASCII)
 _JSON = {"Content-Type": "application/json"}
 _BINARY = "application/octet-stream"
-
-
-def _empty(status: int) -> Answer:
-    return Answer(status, b"", _JSON)
 
 
 def _json(status: int, body: bytes) -> Answer:
@@ -149,7 +146,7 @@ class V2Endpoints:
             if path in ("/v2", "/v2/"):
                 api, result = "metadata", self._get(method, path, self._metadata)
             elif path == "/v2/health/live":
-                api, result = "health", self._get(method, path, lambda: _empty(200))
+                api, result = "health", self._get(method, path, self._live)
             elif path == "/v2/health/ready":
                 api, result = "health", self._get(method, path, self._ready)
             else:
@@ -173,14 +170,21 @@ class V2Endpoints:
     def _metadata(self) -> Answer:
         return _json(200, self._server_metadata)
 
+    def _live(self) -> Answer:
+        return _json(200, encode({"live": True}))
+
     def _ready(self) -> Answer:
+        """200 {"ready": true} once every configured model serves; 503 {"ready": false, ...}
+        while not, or draining (KServe's server answers 503; the spec says any 4xx)."""
         pending, _ = self.state.manager.readiness()
         if self.state.draining:
-            return _json(400, v2_json.error_body("the server is shutting down"))
+            return _json(503, encode({"ready": False, "error": "the server is shutting down"}))
         if pending:
             waiting = ", ".join(sorted(pending))
-            return _json(400, v2_json.error_body(f"model(s) {waiting} not available yet"))
-        return _empty(200)
+            return _json(
+                503, encode({"ready": False, "error": f"model(s) {waiting} not available yet"})
+            )
+        return _json(200, encode({"ready": True}))
 
     async def _model(
         self, scope: Scope, receive: Receive, match: re.Match[str]
@@ -202,25 +206,28 @@ class V2Endpoints:
         return route, "status", self._model_ready(route)
 
     def _model_metadata(self, route: p.Route) -> Answer:
+        """The default signature of the version the route names; `versions` lists every
+        version that may be asked for (the model's available ones)."""
         manager = self.state.manager
         with manager.lease(route) as version:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
             signatures = servable.signatures
             signature = signatures[core_inference.unnamed_signature(None, signatures)]
-            versions = [version.number] if route.version is not None else None
-        if versions is None:
-            versions = self.state.manager.readiness()[1].get(route.model, [])
+        versions = manager.readiness()[1].get(route.model, [])
         return _json(200, v2_json.model_metadata(route.model, versions, signature))
 
     def _model_ready(self, route: p.Route) -> Answer:
+        """200 {"name", "ready": true}; 503 with ready false while the model has no version
+        it can serve; 404 for a model or version it does not know."""
         try:
             self.state.manager.check(route)
         except ERRORS as err:
             if err.code == Code.NOT_FOUND:
                 return _error(err)
-            return _json(400, v2_json.error_body(err.message))
-        return _empty(200)
+            body = {"name": route.model, "ready": False, "error": err.message}
+            return _json(503, encode(body))
+        return _json(200, encode({"name": route.model, "ready": True}))
 
     async def _infer(self, scope: Scope, receive: Receive, route: p.Route) -> Answer:
         state, config = self.state, self.config
