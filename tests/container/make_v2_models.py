@@ -11,6 +11,13 @@
 - DIR/complex/1: serving_default takes z (complex64 [None]) and returns
   re = real(z) (float32 [None]): a datatype with no Open Inference Protocol
   equivalent.
+- DIR/dtypes/1: serving_default takes one input [None] per datatype the protocol
+  and TensorFlow share, named after it in lower case (bool, uint8, uint16,
+  uint32, uint64, int8, int16, int32, int64, fp16, fp32, fp64, bytes, bf16),
+  and returns each unchanged as NAME_out: whatever the server made of an
+  input's JSON or bytes comes back for the client to compare. Its signature
+  "typed" is the same without fp16 and bf16 (which have no typed contents
+  over gRPC).
 """
 
 from __future__ import annotations
@@ -57,6 +64,31 @@ def main(directory: Path) -> int:
     module.serve = real
     tf.saved_model.save(
         module, str(directory / "complex" / "1"), signatures={"serving_default": real}
+    )
+    dtypes = {
+        "bool": tf.bool, "uint8": tf.uint8, "uint16": tf.uint16, "uint32": tf.uint32,
+        "uint64": tf.uint64, "int8": tf.int8, "int16": tf.int16, "int32": tf.int32,
+        "int64": tf.int64, "fp16": tf.float16, "fp32": tf.float32, "fp64": tf.float64,
+        "bytes": tf.string, "bf16": tf.bfloat16,
+    }  # fmt: skip
+    specs = [tf.TensorSpec([None], dtype, name=name) for name, dtype in dtypes.items()]
+
+    def echo(*tensors: Any) -> dict[str, Any]:
+        return {f"{name}_out": tf.identity(t) for name, t in zip(dtypes, tensors, strict=True)}
+
+    typed_names = [name for name in dtypes if name not in ("fp16", "bf16")]
+
+    def echo_typed(*tensors: Any) -> dict[str, Any]:
+        return {f"{name}_out": tf.identity(t) for name, t in zip(typed_names, tensors, strict=True)}
+
+    serve = tf.function(echo, input_signature=specs)
+    typed = tf.function(echo_typed, input_signature=[s for s in specs if s.name in typed_names])
+    module = tf.Module()
+    module.serve, module.typed = serve, typed
+    tf.saved_model.save(
+        module,
+        str(directory / "dtypes" / "1"),
+        signatures={"serving_default": serve, "typed": typed},
     )
     return 0
 

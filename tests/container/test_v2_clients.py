@@ -52,6 +52,7 @@ model_config_list {
   config { name: "plus" base_path: "/models/plus" model_version_policy { all {} } }
   config { name: "mixed" base_path: "/models/mixed" }
   config { name: "complex" base_path: "/models/complex" }
+  config { name: "dtypes" base_path: "/models/dtypes" }
 }
 """
 #: One batch thread, no timeout: requests that arrive while it is busy gather into one batch.
@@ -138,6 +139,37 @@ COMPLEX_METADATA = {
     "outputs": [{"name": "re", "datatype": "FP32", "shape": [-1]}],
 }
 COMPLEX_REFUSED = "COMPLEX64, which has no Open Inference Protocol equivalent"
+
+
+#: dtypes/1's inputs: every datatype the protocol and TensorFlow share, at the edges
+#: of its range (the model returns each unchanged as NAME_out).
+DTYPES: dict[str, list[Any]] = {
+    "BOOL": [True, False],
+    "UINT8": [0, 255],
+    "UINT16": [0, 65535],
+    "UINT32": [0, 2**32 - 1],
+    "UINT64": [0, 2**64 - 1],
+    "INT8": [-128, 127],
+    "INT16": [-32768, 32767],
+    "INT32": [-(2**31), 2**31 - 1],
+    "INT64": [-(2**63), 2**63 - 1],
+    "FP16": [1.5, -2048.0],
+    "FP32": [0.1, -3e38],
+    "FP64": [0.1, -1.7976931348623157e308],
+    "BYTES": [base64.b64encode(b"caf\xc3\xa9").decode(), base64.b64encode(b"").decode()],
+    "BF16": [1.5, -2.0],
+}
+
+
+def dtypes(binary: bool, names: list[str]) -> dict[str, Any]:
+    """An infer of dtypes/1 with DTYPES' `names` (the rest left out: the signature
+    needs them all, so a subset is refused naming the missing ones)."""
+    inputs = [
+        {"name": name.lower(), "datatype": name, "shape": [2], "data": DTYPES[name],
+         "binary": binary}
+        for name in names
+    ]  # fmt: skip
+    return {"op": "infer", "model": "dtypes", "inputs": inputs}
 
 
 def mixed(binary: bool, **op: Any) -> dict[str, Any]:
@@ -620,3 +652,56 @@ def test_a_v2_request_batches_with_v1_requests(
         assert running.metric("serving_batches_total") - batches == 2  # held, then the pair
         assert running.metric("serving_batch_requests_sum") - requests == 3
         assert "Traceback" not in running.logs()
+
+
+@pytest.mark.parametrize("script", ["triton_http.py", "triton_grpc.py"])
+def test_every_datatype_round_trips_through_tensorflow(server: V2Server, script: str) -> None:
+    """Each datatype's values reach TensorFlow as themselves and come back so.
+
+    tritonclient over REST: the binary extension, then JSON (BF16 has no JSON
+    form in tritonclient: sent binary beside the JSON ones); over gRPC: raw
+    contents. A request without BF16 misses one of the signature's inputs and
+    is refused naming it.
+    """
+    address = server.rest_address if script == "triton_http.py" else server.grpc
+    every = list(DTYPES)
+    typed = [name for name in every if name != "BF16"]
+    mixed_forms = dtypes(False, every)
+    mixed_forms["inputs"][-1]["binary"] = True  # BF16 binary, the rest JSON
+    ops = [dtypes(True, every), dtypes(False, typed), mixed_forms]
+    if script == "triton_grpc.py":  # tritonclient.grpc sends every input raw
+        ops = ops[:1]
+    results = server.clients(script, address, *ops)
+    outputs = value(results[0])["outputs"]
+    assert sorted(outputs) == sorted(f"{name.lower()}_out" for name in every)
+    for name in every:
+        expected = {"datatype": name, "shape": [2], "data": DTYPES[name]}
+        assert outputs[f"{name.lower()}_out"] == expected, name
+    if len(results) == 1:
+        return
+    assert "bf16" in results[1]["error"]["message"], results[1]
+    outputs = value(results[2])["outputs"]
+    for name in every:
+        assert outputs[f"{name.lower()}_out"]["data"] == DTYPES[name], name
+
+
+def test_kserve_typed_contents_carry_every_datatype(server: V2Server) -> None:
+    """kserve's gRPC client: every datatype with typed contents (signature "typed":
+    dtypes/1 without FP16 and BF16, picked by the signature_name parameter); without
+    the parameter the default signature misses those two; one input raw beside
+    typed ones is refused (the protocol: raw contents for every input or none)."""
+    typed = [name for name in DTYPES if name not in ("FP16", "BF16")]
+    picked = {**dtypes(False, typed), "parameters": {"signature_name": "typed"}}
+    one_raw = {**dtypes(False, typed), "parameters": {"signature_name": "typed"}}
+    one_raw["inputs"][0]["binary"] = True
+    ok, missing, mixed_forms = server.clients(
+        "kserve_clients.py", f"grpc:{server.grpc}", picked, dtypes(False, typed), one_raw
+    )
+    outputs = value(ok)["outputs"]
+    assert sorted(outputs) == sorted(f"{name.lower()}_out" for name in typed)
+    for name in typed:
+        expected = {"datatype": name, "shape": [2], "data": DTYPES[name]}
+        assert outputs[f"{name.lower()}_out"] == expected, name
+    assert "bf16" in missing["error"]["message"], missing
+    assert "fp16" in missing["error"]["message"], missing
+    assert "raw_input_contents" in mixed_forms["error"]["message"], mixed_forms

@@ -4,7 +4,8 @@ An operation is a dict with "op" and its arguments:
 
 - {"op": "live"}, {"op": "ready"}, {"op": "server_metadata"}
 - {"op": "model_ready" | "model_metadata", "model": M, "version": V (optional, str)}
-- {"op": "infer", "model": M, "version": V?, "id": ID?, "inputs": [INPUT...],
+- {"op": "infer", "model": M, "version": V?, "id": ID?, "parameters": {...}? (kserve
+   only), "inputs": [INPUT...],
    "outputs": [{"name": N, "binary": bool?}...]?}, where INPUT is
    {"name", "datatype", "shape", "data" (flat, row-major; BYTES as base64 text),
     "binary": bool (the binary data extension over REST; raw contents over gRPC)}
@@ -25,13 +26,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes  # tritonclient's own dependency: its BF16 arrays
 import numpy as np
 
 NUMPY = {
     "BOOL": np.bool_, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
     "INT64": np.int64, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
     "UINT64": np.uint64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-    "BYTES": np.object_,
+    "BYTES": np.object_, "BF16": ml_dtypes.bfloat16,
 }  # fmt: skip
 
 
@@ -56,6 +58,8 @@ def listed(datatype: str, values: Any) -> dict[str, Any]:
         ]
     elif datatype in ("FP16", "FP32"):
         data = [float(str(value)) for value in flat]  # the shortest text of the float
+    elif datatype == "BF16":
+        data = [float(value) for value in flat]
     else:
         data = flat.tolist()
     return {"datatype": datatype, "shape": list(values.shape), "data": data}

@@ -49,6 +49,7 @@ def request(op: dict[str, Any], grpc_typed: bool) -> Any:
         request_id=op.get("id"),
         request_outputs=outputs,
         model_version=op.get("version"),
+        parameters=op.get("parameters"),
     )
 
 

@@ -69,14 +69,16 @@ def translated(err: BaseException) -> BaseException:
 def to_array(tensor: Tensor) -> Any:
     """An input tensor as a NumPy array of its dtype and shape.
 
-    Numbers parsed into a compact array.array (REST) and arrays decoded from
-    TensorProtos (gRPC) are used on their memory (no copy); strings (bytes),
-    half and bfloat16 from JSON come as Python lists.
+    Numbers parsed into a compact array.array (REST), arrays decoded from
+    TensorProtos (gRPC) and the Open Inference Protocol's raw little-endian
+    bytes (a memoryview, whose item format may be the bits' rather than the
+    dtype's: half and bfloat16 as 16-bit words) are used on their memory (no
+    copy); strings (bytes), half and bfloat16 from JSON come as Python lists.
     """
     values = tensor.values
     if isinstance(values, np.ndarray):
         return values.reshape(tensor.shape)
-    if isinstance(values, py_array.array):
+    if isinstance(values, (py_array.array, memoryview)):
         return np.frombuffer(values, dtype=NUMPY_DTYPES[tensor.dtype]).reshape(tensor.shape)
     if tensor.dtype == "DT_STRING":
         flat = np.empty(len(values), dtype=object)
@@ -123,6 +125,12 @@ class OutputValues(Sequence[Any]):
         for start in range(0, len(self), CHUNK):
             values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
         return values
+
+    def tobytes(self) -> bytes:
+        """The values' bytes in C order, little-endian on every platform TensorFlow's
+        wheels are built for (the Open Inference Protocol's raw contents)."""
+        data: bytes = self._flat.tobytes()
+        return data
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         """The values as the model's flat array (no copy): codec/tensor_proto.py writes from it."""
