@@ -78,6 +78,35 @@ def test_a_request_still_running_at_the_cut_off_is_answered_503_with_json(
         model.release.set()
 
 
+def test_a_v2_infer_still_running_at_the_cut_off_is_answered_503_too(tmp_path: Path) -> None:
+    """The Open Inference Protocol's requests share the frame: draining turns its
+    readiness off, and the cut-off answers a call still running."""
+    export(tmp_path)
+    model = Stuck()
+    app = make_app(config(tmp_path, "--grace-period", "3"), loader=lambda directory, version: model)
+    state: ServingCore = app.state.serving
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+    try:
+        with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
+            wait_ready(client)
+            answer = pool.submit(client.post, "/v2/models/model/infer", json=body)
+            assert model.started.wait(10)
+            state.begin_drain()
+            ready = client.get("/v2/health/ready")
+            assert (ready.status_code, ready.json()["ready"]) == (503, False)
+            assert client.get("/v2/health/live").status_code == 200
+            assert state.cutoff.fire() == 1
+            response = answer.result(10)
+            assert (response.status_code, response.json()) == (
+                503,
+                {"error": STOPPED.format(grace=3)},
+            )
+            late = client.get("/v2/models/model")
+            assert (late.status_code, late.json()) == (503, {"error": STOPPED.format(grace=3)})
+    finally:
+        model.release.set()
+
+
 def test_a_request_whose_body_is_still_arriving_is_answered_503_too() -> None:
     """Whatever a request waits for when the grace period ends, here a slow client's body."""
     cutoff = CutOff("stopped")

@@ -342,3 +342,41 @@ def test_not_ready_while_the_model_loads(tmp_path: Path) -> None:
             release.set()
         wait_ready(client)
         assert client.get("/v2/health/ready").status_code == 200
+
+
+class NoDefault(Mixed):
+    """No serving_default: "words" and "sums" (Mixed's default under another name), and
+    an init op first in name order that cannot be run (as TF2 exports list it)."""
+
+    signatures: Mapping[str, p.Signature] = {
+        "__saved_model_init_op": p.Signature({}, {}),
+        "words": Mixed.signatures["words"],
+        "sums": Mixed.signatures["serving_default"],
+    }
+
+    def runs(self, name: str) -> bool:
+        return name in ("words", "sums")
+
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
+        return super().run("serving_default" if name == "sums" else name, inputs, outputs)
+
+
+def test_without_serving_default_the_first_runnable_signature_answers(tmp_path: Path) -> None:
+    export(tmp_path)
+    app = make_app(config(tmp_path), loader=lambda directory, version: NoDefault())
+    with TestClient(app) as client:
+        wait_ready(client)
+        metadata = client.get("/v2/models/model").json()
+        assert [i["name"] for i in metadata["inputs"]] == ["x"]  # "sums" before "words"
+        answer = infer(client, {"inputs": [X], "outputs": [{"name": "sum"}]})
+        assert answer["outputs"][0]["data"] == [3.0, 7.5]  # type: ignore[index]
+        words = {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["a"]}
+        named = {"parameters": {"signature_name": "words"}, "inputs": [words]}
+        assert infer(client, named)["outputs"][1]["data"] == ["A"]  # type: ignore[index]

@@ -193,10 +193,12 @@ def checked_predict(
     return name, inputs.tensors(), wanted
 
 
-def unnamed_signature(requested: str | None, signatures: Mapping[str, Signature]) -> str:
+def unnamed_signature(requested: str | None, servable: Servable) -> str:
     """The signature a request of a protocol without signature names runs (the Open
-    Inference Protocol): `requested` (its `signature_name` parameter) if given, else
-    serving_default, else the model's only signature (docs/v2.md, "Which signature")."""
+    Inference Protocol), and the one its metadata describes: `requested` (its
+    `signature_name` parameter) if given, else serving_default, else the first
+    signature the servable can run in name order (docs/v2.md, "Which signature")."""
+    signatures = servable.signatures
     if requested:
         if requested not in signatures:
             raise invalid_argument(
@@ -206,20 +208,18 @@ def unnamed_signature(requested: str | None, signatures: Mapping[str, Signature]
         return requested
     if DEFAULT_SIGNATURE in signatures:
         return DEFAULT_SIGNATURE
-    if len(signatures) == 1:
-        return next(iter(signatures))
-    raise invalid_argument(
-        f"the model has no {DEFAULT_SIGNATURE} signature; name one of its signatures "
-        f"({', '.join(sorted(signatures)) or 'none'}) with the signature_name parameter"
-    )
+    for name in sorted(signatures):
+        if servable.runs(name):
+            return name
+    raise ServingError(Code.FAILED_PRECONDITION, "the model has no signature to run")
 
 
-def signature_of(parameters: Mapping[str, object], signatures: Mapping[str, Signature]) -> str:
+def signature_of(parameters: Mapping[str, object], servable: Servable) -> str:
     """:func:`unnamed_signature` of a request whose `signature_name` parameter may name one."""
     name = parameters.get("signature_name")
     if name is not None and not isinstance(name, str):
         raise invalid_argument(f"the signature_name parameter must be a string, not {quote(name)}")
-    return unnamed_signature(name, signatures)
+    return unnamed_signature(name, servable)
 
 
 # --------------------------------------------------------------------------

@@ -126,8 +126,8 @@ class InferenceService:
             assert route is not None  # noqa: S101
             manager = self.h.manager
             with manager.lease(route) as version:
-                signatures = _servable(version).signatures
-                signature = signatures[inference.unnamed_signature(None, signatures)]
+                servable = _servable(version)
+                signature = servable.signatures[inference.unnamed_signature(None, servable)]
             versions = manager.readiness()[1].get(route.model, [])  # the ones that may be asked for
             response = pb.ModelMetadataResponse(
                 name=route.model, versions=[str(v) for v in versions], platform=PLATFORM
@@ -182,7 +182,7 @@ class InferenceService:
         with self.h.manager.lease(route) as version:
             servable = _servable(version)
             signatures = servable.signatures
-            name = inference.signature_of(_parameters(request), signatures)
+            name = inference.signature_of(_parameters(request), servable)
             tensors = _inputs(request, signatures[name], self.h.state.limits.expansion)
             wanted = [output.name for output in request.outputs]
             started = time.perf_counter()

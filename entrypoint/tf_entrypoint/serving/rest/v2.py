@@ -103,10 +103,10 @@ def infer(
                 request = v2_json.parse_infer_request(
                     body.take(),
                     header_length,
-                    lambda parameters: signatures[signature_of(parameters, signatures)].inputs,
+                    lambda parameters: signatures[signature_of(parameters, servable)].inputs,
                     limits.expansion,
                 )
-            name = signature_of(request.parameters, signatures)
+            name = signature_of(request.parameters, servable)
             wanted = [output.name for output in request.outputs]
             started = time.perf_counter()
             name, outputs = core_inference.predict(servable, name, Decoded(request.inputs), wanted)
@@ -213,7 +213,7 @@ class V2Endpoints:
             servable = version.servable
             assert servable is not None  # noqa: S101 - AVAILABLE versions have one
             signatures = servable.signatures
-            signature = signatures[core_inference.unnamed_signature(None, signatures)]
+            signature = signatures[core_inference.unnamed_signature(None, servable)]
         versions = manager.readiness()[1].get(route.model, [])
         return _json(200, v2_json.model_metadata(route.model, versions, signature))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor_pb2
-from tritonclient.grpc import service_pb2 as pb  # type: ignore[import-not-found]
+from tritonclient.grpc import service_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
 
