@@ -75,7 +75,7 @@ from bench.common import (
     wait_for_quiet,
     write_json,
 )
-from bench.grpc_rest import GrpcConfig, LoadClient, cpu_seconds, measure_cell, model_config
+from bench.grpc_rest import GrpcConfig, LoadClient, idle_cpu, measure_cell, model_config
 from bench.serving import export_models, http, python_client, request_body, wait_ready
 
 MODELS = ("half_plus_two", "mlp")
@@ -178,6 +178,26 @@ def checks_for(target: str) -> tuple[str, ...]:
     if target.startswith("grpc-"):
         return ("grpc", "grpc-channels")
     return ("rest", "grpc", "grpc-channels")
+
+
+def check_answers(
+    client: LoadClient, target: str, models: tuple[str, ...], modes: tuple[str, ...]
+) -> None:
+    """Every (model, mode) answers right before anything is timed; else RuntimeError.
+
+    protocol_load's own checks are 50 ms windows: a first call that takes
+    longer (a batch's first size) is checked again, for longer.
+    """
+    checks = client.ready["checks"]
+    wanted = {f"{m} {mode}" for m in models for mode in modes}
+    wrong = []
+    for key in sorted(k for k in wanted if not checks.get(k)):
+        model, mode = key.split()
+        again = client.window(mode, model, 1, 2.0)
+        if not again["answer_ok"]:
+            wrong.append(f"{key}: {str(again['answer'])[:200]}, {again['error_kinds']}")
+    if wrong:
+        raise RuntimeError(f"{target} answers wrongly on {wrong}")
 
 
 # --- the parts ----------------------------------------------------------------
@@ -406,7 +426,7 @@ def analyse(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- the report ---------------------------------------------------------------
 
 
-def _arm(arms: dict[str, Any], arm: str) -> str:
+def arm_text(arms: dict[str, Any], arm: str) -> str:
     stats = arms.get(arm)
     if not stats or "server_cpu_ms_per_request" not in stats:
         return "-"
@@ -417,7 +437,7 @@ def _arm(arms: dict[str, Any], arm: str) -> str:
     )
 
 
-def _x(value: float | None) -> str:
+def times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
@@ -440,12 +460,12 @@ def table(data: dict[str, Any]) -> str:
         call = data["calls"].get(cell["model"], {}).get("session_callable", {})
         lines.append(
             f"| {cell['model']} | {cell['concurrency']} | {call.get('cpu_us', 0):,.0f} µs "
-            f"| {_arm(arms, 'floor rest')} | {_arm(arms, 'server rest')} "
-            f"| {_x(ratios['server_rest_vs_rest_floor']['cpu'])} "
-            f"| {_arm(arms, 'aio grpc')} | {_arm(arms, 'threaded grpc')} "
-            f"| {_arm(arms, 'server grpc')} | {_x(ratios['server_grpc_vs_aio']['cpu'])} "
-            f"| {_x(ratios['server_grpc_vs_threaded']['cpu'])} "
-            f"| {_x(ratios['server_grpc_vs_rest_floor']['cpu'])} |"
+            f"| {arm_text(arms, 'floor rest')} | {arm_text(arms, 'server rest')} "
+            f"| {times(ratios['server_rest_vs_rest_floor']['cpu'])} "
+            f"| {arm_text(arms, 'aio grpc')} | {arm_text(arms, 'threaded grpc')} "
+            f"| {arm_text(arms, 'server grpc')} | {times(ratios['server_grpc_vs_aio']['cpu'])} "
+            f"| {times(ratios['server_grpc_vs_threaded']['cpu'])} "
+            f"| {times(ratios['server_grpc_vs_rest_floor']['cpu'])} |"
         )
     lines += [
         "",
@@ -457,9 +477,9 @@ def table(data: dict[str, Any]) -> str:
             continue
         arms, on_off = cell["arms"], cell["ratios"]["on_vs_off"]
         lines.append(
-            f"| {cell['model']} | {cell['concurrency']} | {_arm(arms, 'batching off')} "
-            f"| {_arm(arms, 'batching on')} | {_x(on_off['rps'])} | {_x(on_off['p99'])} "
-            f"| {_x(on_off['cpu'])} |"
+            f"| {cell['model']} | {cell['concurrency']} | {arm_text(arms, 'batching off')} "
+            f"| {arm_text(arms, 'batching on')} | {times(on_off['rps'])} | {times(on_off['p99'])} "
+            f"| {times(on_off['cpu'])} |"
         )
     edge = data["edges"]["median"]
     lines += [
@@ -509,22 +529,8 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
                 image, name, "bench.protocol_load", config.models,
                 docker_args=["-v", f"{models}:/models:ro"],
             )  # fmt: skip
-            checks = clients[target].ready["checks"]
-            wanted = {f"{m} {mode}" for m in config.models for mode in checks_for(target)}
-            # protocol_load's own checks are 50 ms windows: a first call that
-            # takes longer (a batch's first size) is checked again, for longer.
-            wrong = []
-            for key in sorted(k for k in wanted if not checks.get(k)):
-                model, mode = key.split()
-                again = clients[target].window(mode, model, 1, 2.0)
-                if not again["answer_ok"]:
-                    wrong.append(f"{key}: {str(again['answer'])[:200]}, {again['error_kinds']}")
-            if wrong:
-                raise RuntimeError(f"{target} answers wrongly on {wrong}")
-            before = cpu_seconds(name)
-            time.sleep(1)
-            after = cpu_seconds(name)
-            idle[target] = None if before is None or after is None else round(after - before, 4)
+            check_answers(clients[target], target, config.models, checks_for(target))
+            idle[target] = idle_cpu(name, 1.0)
         cells = [(m, c) for m in config.models for c in config.concurrencies]
         runs = turns(clients, names, ARMS, cells, config=config, part="cost")
         batch_cells = [(BATCH_MODEL, c) for c in config.batch_concurrencies]

@@ -292,7 +292,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
             try:
                 if not all(client.ready["checks"].values()):
                     raise RuntimeError(f"a path answers wrongly: {client.ready['checks']}")
-                idle = _idle_cpu(server)
+                idle = idle_cpu(server)
                 cell = 0
                 for rep in range(config.reps):
                     for model in config.models:
@@ -349,7 +349,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
     return data
 
 
-def _idle_cpu(server: str, seconds: float = 2.0) -> float | None:
+def idle_cpu(server: str, seconds: float = 2.0) -> float | None:
     """CPUs the idle server uses (its health watcher, uvicorn): the floor of CPU per request."""
     before = cpu_seconds(server)
     time.sleep(seconds)
