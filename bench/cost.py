@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,15 @@ from bench.common import (
     wait_for_quiet,
     write_json,
 )
-from bench.grpc_rest import GrpcConfig, LoadClient, idle_cpu, measure_cell, model_config
-from bench.serving import export_models, http, python_client, request_body, wait_ready
+from bench.grpc_rest import (
+    GrpcConfig,
+    LoadClient,
+    idle_cpu,
+    measure_cell,
+    model_config,
+    served_models,
+)
+from bench.serving import http, python_client, request_body, wait_ready
 
 MODELS = ("half_plus_two", "mlp")
 #: The server's containers and the floors'.
@@ -509,13 +517,7 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
     clients: dict[str, LoadClient] = {}
     names: dict[str, str] = {}
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"cost: exporting {', '.join(config.models)}")
-        export_models(image, models, config.models)
+        models, config_dir = served_models(image, workdir, config.models, "cost")
         log("cost: the model call in process")
         in_process = calls(image, models, config)
         log("cost: starting " + ", ".join(TARGETS))
@@ -563,14 +565,31 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
+def cli(
+    argv: list[str],
+    *,
+    name: str,
+    doc: str,
+    run: Callable[[str, Any], dict[str, Any]],
+    configs: tuple[Any, Any],
+    table: Callable[[dict[str, Any]], str],
+    quiet_load: float,
+    prog: str = "",
+) -> int:
+    """A benchmark's command line: `python -m bench.NAME [--image] [--out] [--quick] ...`
+    (`prog` when the module's name is not NAME).
+
+        Waits for a quiet machine (not with --quick), pins the image, runs
+        `run(image, configs[1] if --quick else configs[0])`, writes OUT/NAME.json
+        with the machine's facts and prints `table` of it.
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m bench.cost", description=__doc__.split("\n\n")[0]
+        prog=prog or f"python -m bench.{name}", description=doc.split("\n\n", maxsplit=1)[0]
     )
     parser.add_argument("--image", default="tf-entrypoint:cpu")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
     parser.add_argument("--quick", action="store_true", help="a smoke of the harness")
-    parser.add_argument("--quiet-load", type=float, default=0.6,
+    parser.add_argument("--quiet-load", type=float, default=quiet_load,
                         help="wait for a 1-min load average below this")  # fmt: skip
     parser.add_argument("--max-wait", type=float, default=600,
                         help="seconds to wait for it (0: do not wait)")  # fmt: skip
@@ -579,19 +598,24 @@ def main(argv: list[str]) -> int:
     if not args.quick and args.max_wait > 0:
         quiet = wait_for_quiet(args.quiet_load, args.max_wait)
     # Every container runs this exact image even if the tag moves meanwhile.
-    pinned = f"tf-entrypoint-bench:cost-{os.getpid()}"
+    pinned = f"tf-entrypoint-bench:{name}-{os.getpid()}"
     docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
     try:
-        data = run(pinned, QUICK if args.quick else CostConfig())
+        data = run(pinned, configs[1] if args.quick else configs[0])
     finally:
         NAMES.remove_all()
         docker("rmi", pinned, check=False)
     facts = machine(args.image)
     write_json(
-        args.out / "cost.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
+        args.out / f"{name}.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
     )
     print(table(data))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return cli(argv, name="cost", doc=__doc__, run=run, configs=(CostConfig(), QUICK),
+               table=table, quiet_load=0.6)  # fmt: skip
 
 
 if __name__ == "__main__":

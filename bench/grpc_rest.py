@@ -55,6 +55,22 @@ def model_config(models: tuple[str, ...]) -> str:
     return f"model_config_list {{\n{entries}}}\n"
 
 
+def served_models(
+    image: str, workdir: Path, models: tuple[str, ...], label: str
+) -> tuple[Path, Path]:
+    """Export `models` (with `image`) into WORKDIR/models and write WORKDIR/config/models.config
+    serving them all: (the models' directory, the config's directory), to mount at /models and
+    /config."""
+    exported = workdir / "models"
+    exported.mkdir()
+    config_dir = workdir / "config"
+    config_dir.mkdir()
+    (config_dir / "models.config").write_text(model_config(models))
+    log(f"{label}: exporting {', '.join(models)}")
+    export_models(image, exported, models)
+    return exported, config_dir
+
+
 @dataclass(frozen=True)
 class GrpcConfig:
     cpus: str = "1"
@@ -271,13 +287,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tfe-bench-grpc-"))
     runs: list[dict[str, Any]] = []
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"grpc: exporting {', '.join(config.models)}")
-        export_models(image, models, config.models)
+        models, config_dir = served_models(image, workdir, config.models, "grpc")
         server, url = start_server(image, models, config_dir, config.cpus)
         try:
             wait_ready(server, url)

@@ -32,8 +32,6 @@ Markdown table (`table`).
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -41,31 +39,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    NAMES,
-    REPO,
-    docker,
-    loadavg,
-    log,
-    machine,
-    now_iso,
-    wait_for_quiet,
-    write_json,
-)
+from bench.common import NAMES, docker, loadavg, now_iso
 from bench.cost import (
     MODELS,
     CostConfig,
     arm_stats,
     arm_text,
     check_answers,
+    cli,
     ratio,
     start_target,
     times,
     turns,
 )
-from bench.grpc_rest import LoadClient, idle_cpu, model_config
+from bench.grpc_rest import LoadClient, idle_cpu, served_models
 from bench.protocol_load import V1_MODES, V2_MODES
-from bench.serving import export_models, wait_ready
+from bench.serving import wait_ready
 
 TARGET = "server"
 #: arm -> (target, protocol_load mode), in the order of one turn.
@@ -176,13 +165,7 @@ def run(image: str, config: V2Config) -> dict[str, Any]:
     client: LoadClient | None = None
     name = ""
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"v2: exporting {', '.join(config.models)}")
-        export_models(image, models, config.models)
+        models, config_dir = served_models(image, workdir, config.models, "v2")
         name = start_target(TARGET, image, models, config_dir, config.cpus)
         port = docker("port", name, "8501/tcp").splitlines()[0].rsplit(":", 1)[1]
         wait_ready(name, f"http://127.0.0.1:{port}")
@@ -216,34 +199,8 @@ def run(image: str, config: V2Config) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.v2_cost", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--image", default="tf-entrypoint:cpu")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
-    parser.add_argument("--quick", action="store_true", help="a smoke of the harness")
-    parser.add_argument("--quiet-load", type=float, default=1.0,
-                        help="wait for a 1-min load average below this")  # fmt: skip
-    parser.add_argument("--max-wait", type=float, default=600,
-                        help="seconds to wait for it (0: do not wait)")  # fmt: skip
-    args = parser.parse_args(argv)
-    quiet = None
-    if not args.quick and args.max_wait > 0:
-        quiet = wait_for_quiet(args.quiet_load, args.max_wait)
-    # Every container runs this exact image even if the tag moves meanwhile.
-    pinned = f"tf-entrypoint-bench:v2-{os.getpid()}"
-    docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
-    try:
-        data = run(pinned, QUICK if args.quick else V2Config())
-    finally:
-        NAMES.remove_all()
-        docker("rmi", pinned, check=False)
-    facts = machine(args.image)
-    write_json(
-        args.out / "v2.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
-    )
-    print(table(data))
-    return 0
+    return cli(argv, name="v2", doc=__doc__, run=run, configs=(V2Config(), QUICK),
+               table=table, quiet_load=1.0, prog="python -m bench.v2_cost")  # fmt: skip
 
 
 if __name__ == "__main__":
