@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import NAMES, docker, log, machine, median, now_iso, write_json
-from bench.grpc_rest import GrpcConfig, LoadClient, measure_cell, model_config, start_server
-from bench.serving import export_models, wait_ready
+from bench.grpc_rest import GrpcConfig, LoadClient, measure_cell, served_models, start_server
+from bench.serving import wait_ready
 
 MODELS = ("half_plus_two", "mlp")
 MODES = ("rest", "grpc")
@@ -53,13 +53,7 @@ def run(before: str, after: str, config: GrpcConfig) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     idle: dict[str, float] = {}
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"before_after: exporting {', '.join(config.models)}")
-        export_models(after, models, config.models)
+        models, config_dir = served_models(after, workdir, config.models, "before_after")
         started = {
             label: start_server(image, models, config_dir, config.cpus)
             for label, image in (("before", before), ("after", after))

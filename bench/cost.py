@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,15 @@ from bench.common import (
     wait_for_quiet,
     write_json,
 )
-from bench.grpc_rest import GrpcConfig, LoadClient, cpu_seconds, measure_cell, model_config
-from bench.serving import export_models, http, python_client, request_body, wait_ready
+from bench.grpc_rest import (
+    GrpcConfig,
+    LoadClient,
+    idle_cpu,
+    measure_cell,
+    model_config,
+    served_models,
+)
+from bench.serving import http, python_client, request_body, wait_ready
 
 MODELS = ("half_plus_two", "mlp")
 #: The server's containers and the floors'.
@@ -178,6 +186,26 @@ def checks_for(target: str) -> tuple[str, ...]:
     if target.startswith("grpc-"):
         return ("grpc", "grpc-channels")
     return ("rest", "grpc", "grpc-channels")
+
+
+def check_answers(
+    client: LoadClient, target: str, models: tuple[str, ...], modes: tuple[str, ...]
+) -> None:
+    """Every (model, mode) answers right before anything is timed; else RuntimeError.
+
+    protocol_load's own checks are 50 ms windows: a first call that takes
+    longer (a batch's first size) is checked again, for longer.
+    """
+    checks = client.ready["checks"]
+    wanted = {f"{m} {mode}" for m in models for mode in modes}
+    wrong = []
+    for key in sorted(k for k in wanted if not checks.get(k)):
+        model, mode = key.split()
+        again = client.window(mode, model, 1, 2.0)
+        if not again["answer_ok"]:
+            wrong.append(f"{key}: {str(again['answer'])[:200]}, {again['error_kinds']}")
+    if wrong:
+        raise RuntimeError(f"{target} answers wrongly on {wrong}")
 
 
 # --- the parts ----------------------------------------------------------------
@@ -406,7 +434,7 @@ def analyse(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- the report ---------------------------------------------------------------
 
 
-def _arm(arms: dict[str, Any], arm: str) -> str:
+def arm_text(arms: dict[str, Any], arm: str) -> str:
     stats = arms.get(arm)
     if not stats or "server_cpu_ms_per_request" not in stats:
         return "-"
@@ -417,7 +445,7 @@ def _arm(arms: dict[str, Any], arm: str) -> str:
     )
 
 
-def _x(value: float | None) -> str:
+def times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
@@ -440,12 +468,12 @@ def table(data: dict[str, Any]) -> str:
         call = data["calls"].get(cell["model"], {}).get("session_callable", {})
         lines.append(
             f"| {cell['model']} | {cell['concurrency']} | {call.get('cpu_us', 0):,.0f} µs "
-            f"| {_arm(arms, 'floor rest')} | {_arm(arms, 'server rest')} "
-            f"| {_x(ratios['server_rest_vs_rest_floor']['cpu'])} "
-            f"| {_arm(arms, 'aio grpc')} | {_arm(arms, 'threaded grpc')} "
-            f"| {_arm(arms, 'server grpc')} | {_x(ratios['server_grpc_vs_aio']['cpu'])} "
-            f"| {_x(ratios['server_grpc_vs_threaded']['cpu'])} "
-            f"| {_x(ratios['server_grpc_vs_rest_floor']['cpu'])} |"
+            f"| {arm_text(arms, 'floor rest')} | {arm_text(arms, 'server rest')} "
+            f"| {times(ratios['server_rest_vs_rest_floor']['cpu'])} "
+            f"| {arm_text(arms, 'aio grpc')} | {arm_text(arms, 'threaded grpc')} "
+            f"| {arm_text(arms, 'server grpc')} | {times(ratios['server_grpc_vs_aio']['cpu'])} "
+            f"| {times(ratios['server_grpc_vs_threaded']['cpu'])} "
+            f"| {times(ratios['server_grpc_vs_rest_floor']['cpu'])} |"
         )
     lines += [
         "",
@@ -457,9 +485,9 @@ def table(data: dict[str, Any]) -> str:
             continue
         arms, on_off = cell["arms"], cell["ratios"]["on_vs_off"]
         lines.append(
-            f"| {cell['model']} | {cell['concurrency']} | {_arm(arms, 'batching off')} "
-            f"| {_arm(arms, 'batching on')} | {_x(on_off['rps'])} | {_x(on_off['p99'])} "
-            f"| {_x(on_off['cpu'])} |"
+            f"| {cell['model']} | {cell['concurrency']} | {arm_text(arms, 'batching off')} "
+            f"| {arm_text(arms, 'batching on')} | {times(on_off['rps'])} | {times(on_off['p99'])} "
+            f"| {times(on_off['cpu'])} |"
         )
     edge = data["edges"]["median"]
     lines += [
@@ -489,13 +517,7 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
     clients: dict[str, LoadClient] = {}
     names: dict[str, str] = {}
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"cost: exporting {', '.join(config.models)}")
-        export_models(image, models, config.models)
+        models, config_dir = served_models(image, workdir, config.models, "cost")
         log("cost: the model call in process")
         in_process = calls(image, models, config)
         log("cost: starting " + ", ".join(TARGETS))
@@ -509,22 +531,8 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
                 image, name, "bench.protocol_load", config.models,
                 docker_args=["-v", f"{models}:/models:ro"],
             )  # fmt: skip
-            checks = clients[target].ready["checks"]
-            wanted = {f"{m} {mode}" for m in config.models for mode in checks_for(target)}
-            # protocol_load's own checks are 50 ms windows: a first call that
-            # takes longer (a batch's first size) is checked again, for longer.
-            wrong = []
-            for key in sorted(k for k in wanted if not checks.get(k)):
-                model, mode = key.split()
-                again = clients[target].window(mode, model, 1, 2.0)
-                if not again["answer_ok"]:
-                    wrong.append(f"{key}: {str(again['answer'])[:200]}, {again['error_kinds']}")
-            if wrong:
-                raise RuntimeError(f"{target} answers wrongly on {wrong}")
-            before = cpu_seconds(name)
-            time.sleep(1)
-            after = cpu_seconds(name)
-            idle[target] = None if before is None or after is None else round(after - before, 4)
+            check_answers(clients[target], target, config.models, checks_for(target))
+            idle[target] = idle_cpu(name, 1.0)
         cells = [(m, c) for m in config.models for c in config.concurrencies]
         runs = turns(clients, names, ARMS, cells, config=config, part="cost")
         batch_cells = [(BATCH_MODEL, c) for c in config.batch_concurrencies]
@@ -557,14 +565,31 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
+def cli(
+    argv: list[str],
+    *,
+    name: str,
+    doc: str,
+    run: Callable[[str, Any], dict[str, Any]],
+    configs: tuple[Any, Any],
+    table: Callable[[dict[str, Any]], str],
+    quiet_load: float,
+    prog: str = "",
+) -> int:
+    """A benchmark's command line: `python -m bench.NAME [--image] [--out] [--quick] ...`
+    (`prog` when the module's name is not NAME).
+
+        Waits for a quiet machine (not with --quick), pins the image, runs
+        `run(image, configs[1] if --quick else configs[0])`, writes OUT/NAME.json
+        with the machine's facts and prints `table` of it.
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m bench.cost", description=__doc__.split("\n\n")[0]
+        prog=prog or f"python -m bench.{name}", description=doc.split("\n\n", maxsplit=1)[0]
     )
     parser.add_argument("--image", default="tf-entrypoint:cpu")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
     parser.add_argument("--quick", action="store_true", help="a smoke of the harness")
-    parser.add_argument("--quiet-load", type=float, default=0.6,
+    parser.add_argument("--quiet-load", type=float, default=quiet_load,
                         help="wait for a 1-min load average below this")  # fmt: skip
     parser.add_argument("--max-wait", type=float, default=600,
                         help="seconds to wait for it (0: do not wait)")  # fmt: skip
@@ -573,19 +598,24 @@ def main(argv: list[str]) -> int:
     if not args.quick and args.max_wait > 0:
         quiet = wait_for_quiet(args.quiet_load, args.max_wait)
     # Every container runs this exact image even if the tag moves meanwhile.
-    pinned = f"tf-entrypoint-bench:cost-{os.getpid()}"
+    pinned = f"tf-entrypoint-bench:{name}-{os.getpid()}"
     docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
     try:
-        data = run(pinned, QUICK if args.quick else CostConfig())
+        data = run(pinned, configs[1] if args.quick else configs[0])
     finally:
         NAMES.remove_all()
         docker("rmi", pinned, check=False)
     facts = machine(args.image)
     write_json(
-        args.out / "cost.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
+        args.out / f"{name}.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
     )
     print(table(data))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return cli(argv, name="cost", doc=__doc__, run=run, configs=(CostConfig(), QUICK),
+               table=table, quiet_load=0.6)  # fmt: skip
 
 
 if __name__ == "__main__":

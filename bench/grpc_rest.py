@@ -55,6 +55,22 @@ def model_config(models: tuple[str, ...]) -> str:
     return f"model_config_list {{\n{entries}}}\n"
 
 
+def served_models(
+    image: str, workdir: Path, models: tuple[str, ...], label: str
+) -> tuple[Path, Path]:
+    """Export `models` (with `image`) into WORKDIR/models and write WORKDIR/config/models.config
+    serving them all: (the models' directory, the config's directory), to mount at /models and
+    /config."""
+    exported = workdir / "models"
+    exported.mkdir()
+    config_dir = workdir / "config"
+    config_dir.mkdir()
+    (config_dir / "models.config").write_text(model_config(models))
+    log(f"{label}: exporting {', '.join(models)}")
+    export_models(image, exported, models)
+    return exported, config_dir
+
+
 @dataclass(frozen=True)
 class GrpcConfig:
     cpus: str = "1"
@@ -271,13 +287,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tfe-bench-grpc-"))
     runs: list[dict[str, Any]] = []
     try:
-        models = workdir / "models"
-        models.mkdir()
-        config_dir = workdir / "config"
-        config_dir.mkdir()
-        (config_dir / "models.config").write_text(model_config(config.models))
-        log(f"grpc: exporting {', '.join(config.models)}")
-        export_models(image, models, config.models)
+        models, config_dir = served_models(image, workdir, config.models, "grpc")
         server, url = start_server(image, models, config_dir, config.cpus)
         try:
             wait_ready(server, url)
@@ -292,7 +302,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
             try:
                 if not all(client.ready["checks"].values()):
                     raise RuntimeError(f"a path answers wrongly: {client.ready['checks']}")
-                idle = _idle_cpu(server)
+                idle = idle_cpu(server)
                 cell = 0
                 for rep in range(config.reps):
                     for model in config.models:
@@ -349,7 +359,7 @@ def run_grpc(image: str, config: GrpcConfig) -> dict[str, Any]:
     return data
 
 
-def _idle_cpu(server: str, seconds: float = 2.0) -> float | None:
+def idle_cpu(server: str, seconds: float = 2.0) -> float | None:
     """CPUs the idle server uses (its health watcher, uvicorn): the floor of CPU per request."""
     before = cpu_seconds(server)
     time.sleep(seconds)

@@ -4,18 +4,18 @@ Runs inside a container of the image that shares the server's network
 namespace (`--network container:SERVER`), with the bench directory and the
 models mounted read-only:
 
-    python -m bench.protocol_load MODEL [MODEL...]
+    python -m bench.protocol_load [--v2] MODEL [MODEL...]
 
 It loads each model's SavedModel itself (/models/MODEL/1) to compute the
 expected answer, checks that REST (127.0.0.1:8501) and gRPC
 (127.0.0.1:8500) both give it, prints one JSON line `{"ready": ...}`, then
 reads one JSON command per line on stdin and answers each with one JSON line:
 
-    {"mode": "rest" | "grpc" | "grpc-channels", "model": M, "concurrency": C,
-     "seconds": S, "last": true | false}
+    {"mode": "rest" | "grpc" | "grpc-channels" | "v2-json" | "v2-binary" | "v2-grpc",
+     "model": M, "concurrency": C, "seconds": S, "last": true | false}
 
 C callers in a closed loop for S seconds, each sending the next request as
-soon as its answer is in. Both protocols send a request built once:
+soon as its answer is in. Every mode sends a request built once:
 
 * rest: HTTP/1.1 keep-alive, one connection per caller, the request's bytes
   prebuilt (bench/serving.py's asyncio client); the body is read, not parsed;
@@ -23,7 +23,19 @@ soon as its answer is in. Both protocols send a request built once:
   PredictRequest built once (`tf.make_tensor_proto`); all C callers share ONE
   channel (one HTTP/2 connection, C concurrent streams);
 * grpc-channels: the same, but one channel (and TCP connection) per caller
-  (a local subchannel pool, so gRPC does not share the connection).
+  (a local subchannel pool, so gRPC does not share the connection);
+* v2-json: the Open Inference Protocol on REST, POST /v2/models/M/infer with
+  the JSON tensor form (`data` flat, `shape`), as the rest mode's caller;
+* v2-binary: the same with the binary tensor data extension: a JSON header
+  (`binary_data_size`, `binary_data_output` true) and the input's raw
+  little-endian bytes after it, `Inference-Header-Content-Length`; the
+  answer's output comes back as raw bytes too;
+* v2-grpc: `inference.GRPCInferenceService/ModelInfer` on ONE grpc.aio
+  channel, a raw unary-unary call with the image's own message classes
+  (tf_entrypoint.serving.codec.v2_proto), the input in raw_input_contents.
+
+The OIP modes are checked at start-up only with `--v2` (before the models):
+the floors of bench/cost.py speak TF Serving's API alone.
 
 gRPC channels are opened for a warm-up window (`"last": false`) and closed
 after the timed window that follows it, so each window's count of open
@@ -45,13 +57,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.serving import read_response, request_body
+from bench.serving import read_message, request_body
 
 HOST = "127.0.0.1"
 REST_PORT = 8501
 GRPC_PORT = 8500
 SIGNATURE = "serving_default"
 TOLERANCE = 1e-4
+#: The modes answered on the REST port (the others are gRPC's).
+REST_MODES = ("rest", "v2-json", "v2-binary")
+V1_MODES = ("rest", "grpc", "grpc-channels")
+V2_MODES = ("v2-json", "v2-binary", "v2-grpc")
+V2_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def instances(model: str) -> list[Any]:
@@ -93,11 +110,14 @@ class Client:
             prediction_service_pb2_grpc,
         )
 
-        self.grpc, self.tf = grpc, tf
+        from tf_entrypoint.serving.codec import v2_proto  # noqa: PLC0415
+
+        self.grpc, self.tf, self.np, self.v2_proto = grpc, tf, np, v2_proto
         self.stub_class = prediction_service_pb2_grpc.PredictionServiceStub
         self.expected: dict[str, Any] = {}
-        self.rest_raw: dict[str, bytes] = {}
+        self.rest_raw: dict[str, bytes] = {}  # by model (v1) or "MODE MODEL" (v2)
         self.requests: dict[str, Any] = {}
+        self.v2_requests: dict[str, Any] = {}
         for model in models:
             rows = instances(model)
             loaded = tf.saved_model.load(f"/models/{model}/1")
@@ -113,9 +133,49 @@ class Client:
             request.model_spec.signature_name = SIGNATURE
             request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.asarray(rows, np.float32)))
             self.requests[model] = request
+            self.rest_raw.update(self.v2_rest_requests(model, np.asarray(rows, np.float32)))
+            self.v2_requests[model] = self.v2_grpc_request(model, np.asarray(rows, np.float32))
         self.open: list[Any] = []
         self.open_mode = ""
         self.stale: list[Any] = []
+
+    # --- the Open Inference Protocol's requests ---------------------------------
+
+    @staticmethod
+    def v2_rest_requests(model: str, rows: Any) -> dict[str, bytes]:
+        """POST /v2/models/M/infer, raw: the JSON tensor form and the binary extension."""
+        shape = list(rows.shape)
+        tensor = {"name": "x", "shape": shape, "datatype": "FP32"}
+        as_json = json.dumps({"inputs": [{**tensor, "data": rows.ravel().tolist()}]}).encode()
+        raw = rows.astype("<f4").tobytes()
+        header = json.dumps(
+            {
+                "inputs": [{**tensor, "parameters": {"binary_data_size": len(raw)}}],
+                "parameters": {"binary_data_output": True},
+            }
+        ).encode()
+
+        def post(body: bytes, headers: str) -> bytes:
+            return (
+                f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {HOST}\r\n{headers}"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+        return {
+            f"v2-json {model}": post(as_json, "Content-Type: application/json\r\n"),
+            f"v2-binary {model}": post(
+                header + raw,
+                "Content-Type: application/octet-stream\r\n"
+                f"Inference-Header-Content-Length: {len(header)}\r\n",
+            ),
+        }
+
+    def v2_grpc_request(self, model: str, rows: Any) -> Any:
+        """ModelInferRequest, the input in raw_input_contents (row-major little-endian)."""
+        request = self.v2_proto.ModelInferRequest(model_name=model)
+        request.inputs.add(name="x", datatype="FP32", shape=list(rows.shape))
+        request.raw_input_contents.append(rows.astype("<f4").tobytes())
+        return request
 
     # --- answers ------------------------------------------------------------------
 
@@ -125,16 +185,40 @@ class Client:
     def grpc_answer(self, response: Any) -> Any:
         return self.tf.make_ndarray(response.outputs["y"]).tolist()
 
+    def v2_answer(self, mode: str, headers: dict[str, str], body: bytes) -> Any:
+        """Output y of a v2 REST answer, as nested lists of its shape (None if absent)."""
+        length = headers.get("inference-header-content-length")
+        answer = json.loads(body[: int(length)] if length is not None else body)
+        (output,) = [o for o in answer.get("outputs", ()) if o.get("name") == "y"] or [None]
+        if output is None or output.get("datatype") != "FP32":
+            return answer
+        if mode == "v2-binary":  # the one output, right after the JSON part
+            if length is None or "data" in output:
+                return answer  # asked for binary, got JSON: wrong
+            values = self.np.frombuffer(body[int(length) :], "<f4")
+        else:
+            values = self.np.asarray(output["data"], self.np.float32)
+        return values.reshape(output["shape"]).tolist()
+
+    def v2_grpc_answer(self, response: Any) -> Any:
+        outputs = [o for o in response.outputs if o.name == "y"]
+        if len(outputs) != 1 or len(response.raw_output_contents) != len(response.outputs):
+            return str(response)[:300]
+        index = list(response.outputs).index(outputs[0])
+        values = self.np.frombuffer(response.raw_output_contents[index], "<f4")
+        return values.reshape(list(outputs[0].shape)).tolist()
+
     # --- channels -----------------------------------------------------------------
 
     def channels_for(self, mode: str, concurrency: int) -> list[Any]:
         """The channels of a warm-up window and the timed window after it (then closed).
 
-        grpc: one channel for every caller; grpc-channels: one per caller, each
-        with a local subchannel pool so that it keeps its own TCP connection.
+        grpc, v2-grpc: one channel for every caller; grpc-channels: one per
+        caller, each with a local subchannel pool so that it keeps its own TCP
+        connection.
         """
         target = f"{HOST}:{GRPC_PORT}"
-        wanted = 1 if mode == "grpc" else concurrency
+        wanted = concurrency if mode == "grpc-channels" else 1
         if (self.open_mode, len(self.open)) != (mode, wanted):
             self.stale.extend(self.open)
             self.open = [
@@ -154,8 +238,8 @@ class Client:
 
     # --- one window ---------------------------------------------------------------
 
-    async def rest_caller(self, model: str, deadline: float, tally: Tally) -> None:
-        raw = self.rest_raw[model]
+    async def rest_caller(self, mode: str, model: str, deadline: float, tally: Tally) -> None:
+        raw = self.rest_raw[model if mode == "rest" else f"{mode} {model}"]
         while time.perf_counter() < deadline:
             try:
                 reader, writer = await asyncio.open_connection(HOST, REST_PORT)
@@ -168,37 +252,52 @@ class Client:
                     sent = time.perf_counter()
                     writer.write(raw)
                     await writer.drain()
-                    status, body = await read_response(reader)
+                    status, headers, body = await read_message(reader)
                     if status != 200:
                         tally.errors[f"HTTP {status}"] += 1
                         continue
                     tally.latencies.append(time.perf_counter() - sent)
                     if not tally.first:
-                        tally.first.append(self.rest_answer(body))
+                        tally.first.append(
+                            self.rest_answer(body)
+                            if mode == "rest"
+                            else self.v2_answer(mode, headers, body)
+                        )
             except (OSError, asyncio.IncompleteReadError, ValueError) as err:
                 tally.errors[type(err).__name__] += 1
             finally:
                 writer.close()
 
-    async def grpc_caller(self, channel: Any, model: str, deadline: float, tally: Tally) -> None:
-        stub = self.stub_class(channel)
-        request = self.requests[model]
+    async def grpc_caller(
+        self, mode: str, channel: Any, model: str, deadline: float, tally: Tally
+    ) -> None:
+        if mode == "v2-grpc":
+            call = channel.unary_unary(
+                V2_INFER,
+                request_serializer=self.v2_proto.ModelInferRequest.SerializeToString,
+                response_deserializer=self.v2_proto.ModelInferResponse.FromString,
+            )
+            request, answer = self.v2_requests[model], self.v2_grpc_answer
+        else:
+            call, request = self.stub_class(channel).Predict, self.requests[model]
+            answer = self.grpc_answer
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
             try:
-                response = await stub.Predict(request, timeout=30)
+                response = await call(request, timeout=30)
             except self.grpc.aio.AioRpcError as err:
                 tally.errors[err.code().name] += 1
                 continue
             tally.latencies.append(time.perf_counter() - sent)
             if not tally.first:
-                tally.first.append(self.grpc_answer(response))
+                tally.first.append(answer(response))
 
     async def window(
         self, mode: str, model: str, concurrency: int, seconds: float, *, last: bool = True
     ) -> dict[str, Any]:
         """One closed-loop window; `last`: close the gRPC channels afterwards."""
-        channels = self.channels_for(mode, concurrency) if mode != "rest" else []
+        rest = mode in REST_MODES
+        channels = [] if rest else self.channels_for(mode, concurrency)
         for channel in self.stale:  # from a previous mode: gone before the window starts
             await channel.close()
         self.stale = []
@@ -208,13 +307,13 @@ class Client:
 
         async def watch() -> None:
             await asyncio.sleep(min(seconds / 2, 1.0))
-            tally.connections.append(count_connections(REST_PORT if mode == "rest" else GRPC_PORT))
+            tally.connections.append(count_connections(REST_PORT if rest else GRPC_PORT))
 
-        if mode == "rest":
-            callers = [self.rest_caller(model, deadline, tally) for _ in range(concurrency)]
+        if rest:
+            callers = [self.rest_caller(mode, model, deadline, tally) for _ in range(concurrency)]
         else:
             callers = [
-                self.grpc_caller(channels[i % len(channels)], model, deadline, tally)
+                self.grpc_caller(mode, channels[i % len(channels)], model, deadline, tally)
                 for i in range(concurrency)
             ]
         await asyncio.gather(watch(), *callers)
@@ -266,11 +365,11 @@ def emit(data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def serve(models: list[str]) -> None:
+async def serve(models: list[str], modes: tuple[str, ...] = V1_MODES) -> None:
     client = Client(models)
     checks = {}
     for model in models:  # each path answers correctly before anything is timed
-        for mode in ("rest", "grpc", "grpc-channels"):
+        for mode in modes:
             result = await client.window(mode, model, 1, 0.05)
             checks[f"{model} {mode}"] = result["answer_ok"]
     emit({"ready": True, "checks": checks, "expected": client.expected})
@@ -289,10 +388,12 @@ async def serve(models: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python -m bench.protocol_load MODEL [MODEL...]", file=sys.stderr)
+    v2 = argv[:1] == ["--v2"]
+    models = argv[1:] if v2 else argv
+    if not models:
+        print("usage: python -m bench.protocol_load [--v2] MODEL [MODEL...]", file=sys.stderr)
         return 64
-    asyncio.run(serve(argv))
+    asyncio.run(serve(models, V1_MODES + V2_MODES if v2 else V1_MODES))
     return 0
 
 

@@ -239,15 +239,22 @@ def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict[str, A
     }
 
 
+async def read_message(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length: (status, headers (lower-case names), body)."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    headers = {}
+    for line in head[1:]:
+        if line:
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", 0))
+    return int(head[0].split()[1]), headers, await reader.readexactly(length)
+
+
 async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     """One HTTP/1.1 response with a Content-Length: (status, body)."""
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    length = 0
-    for line in head[1:]:
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "content-length":
-            length = int(value)
-    return int(head[0].split()[1]), await reader.readexactly(length)
+    status, _, body = await read_message(reader)
+    return status, body
 
 
 async def _client(
