@@ -53,6 +53,14 @@ def test_the_issue_example(client: httpx2.Client) -> None:
     assert predict(client, {"instances": [1.0, 2.0]}) == {"predictions": [2.5, 3.0]}
 
 
+def test_any_number_is_a_float_input_rounded_as_tf_serving_rounds_it(
+    client: httpx2.Client,
+) -> None:
+    # api_rest.md's 1435774380 is float32's 1435774336; beyond float32 is an infinity.
+    answer = predict(client, {"instances": [1435774380, 1e39]})
+    assert answer == {"predictions": [half_plus_two(1435774380.0), float("inf")]}
+
+
 def as_f32(values: list[float]) -> list[float]:
     # The server writes float32 as TF Serving does, in the fewest digits that
     # read back as the same float32 (2.05, not 2.049999952316284).
@@ -145,7 +153,13 @@ BAD_REQUESTS: list[tuple[str, str, bytes | None, int, str | tuple[str, ...]]] = 
     ("POST", "/v1/models/model:predict", b'{"instances": [1.0, [2.0]]}', 400, "Expecting shape"),
     ("POST", "/v1/models/model:predict", b'{"instances": ["one"]}', 400, "expected type: float"),
     ("POST", "/v1/models/model:predict", b'{"instances": [true]}', 400, "expected type: float"),
-    ("POST", "/v1/models/model:predict", b'{"instances": [1e39]}', 400, "loss of precision"),
+    (
+        "POST",
+        "/v1/models/model:predict",
+        b'{"instances": [1' + b"0" * 400 + b"]}",
+        400,
+        "too big to be stored in a double",
+    ),
     ("POST", "/v1/models/nope:predict", b'{"instances": [1.0]}', 404, "Latest(nope)"),
     ("POST", "/v1/models/model/versions/9:predict", b"{}", 404, "Specific(model, 9)"),
     ("GET", "/v1/models/nope", None, 404, "Could not find any versions of model nope"),

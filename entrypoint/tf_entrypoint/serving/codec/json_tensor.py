@@ -183,36 +183,47 @@ def to_tensor(value: Any, spec: TensorSpec) -> Tensor:
 
 def _floats_fast(instances: list[Any], spec: TensorSpec) -> Tensor | None:
     """The common request, read at C speed: one float input, the instances JSON
-    floats or equal-length lists of them, each within the dtype's range.
+    numbers or equal-length lists of them, each within the dtype's range.
 
-    None for anything else (ints, bools, strings, deeper or ragged lists, NaN,
-    infinities, values out of range), which the general reader checks one
-    value at a time with TF Serving's messages: this reader only accepts what
-    that one accepts, with the same values.
+    None for anything else (bools, strings, deeper or ragged lists, NaN,
+    infinities, values beyond the dtype's range, which it rounds to an
+    infinity), which the general reader checks one value at a time with TF
+    Serving's messages: this reader only accepts what that one accepts, with
+    the same values (an integer rounded as float(value) rounds it).
     """
     typecode = _FAST_FLOATS.get(spec.dtype)
     if typecode is None:
         return None
-    kinds = set(map(type, instances))
-    if kinds == {float}:
-        shape: tuple[int, ...] = (len(instances),)
-        flat: Any = instances
-    elif kinds == {list}:
-        widths = set(map(len, instances))
-        if len(widths) != 1:
-            return None
-        (width,) = widths
-        flat = list(itertools.chain.from_iterable(instances))
-        if not flat or set(map(type, flat)) != {float}:
-            return None
-        shape = (len(instances), width)
-    else:
+    found = _flat_numbers(instances)
+    if found is None:
         return None
-    doubles = array.array("d", flat)
+    flat, shape = found
+    try:
+        doubles = array.array("d", flat)
+    except OverflowError:  # an integer beyond a double: the general reader's message
+        return None
     limit = _FAST_FLOATS_MAX[spec.dtype]
     if not -limit <= min(doubles) <= max(doubles) <= limit:  # NaN and inf fail too
         return None
-    return Tensor(spec.dtype, shape, doubles if typecode == "d" else array.array(typecode, flat))
+    return Tensor(spec.dtype, shape, doubles if typecode == "d" else array.array(typecode, doubles))
+
+
+def _flat_numbers(instances: list[Any]) -> tuple[list[Any], tuple[int, ...]] | None:
+    """The instances' numbers in a row and their shape: numbers, or equal-length
+    non-empty lists of numbers; None for anything else."""
+    kinds = set(map(type, instances))
+    if kinds <= _NUMBERS:
+        return instances, (len(instances),)
+    if kinds != {list}:
+        return None
+    widths = set(map(len, instances))
+    if len(widths) != 1:
+        return None
+    (width,) = widths
+    flat = list(itertools.chain.from_iterable(instances))
+    if not flat or not set(map(type, flat)) <= _NUMBERS:
+        return None
+    return flat, (len(instances), width)
 
 
 def _fast_instances(instances: list[Any], signature: Signature) -> dict[str, Tensor] | None:
@@ -224,6 +235,7 @@ def _fast_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
 
 
 _FAST_FLOATS = {"DT_FLOAT": "f", "DT_DOUBLE": "d"}
+_NUMBERS = frozenset({float, int})  # not bool: type(True) is bool
 _FAST_FLOATS_MAX = {"DT_FLOAT": 3.4028234663852886e38, "DT_DOUBLE": 1.7976931348623157e308}
 
 

@@ -1,6 +1,6 @@
 """The JSON leaf rules both JSON codecs share (json_tensor.py, json_examples.py).
 
-A JSON value checked against a TensorFlow dtype (ranges, loss of precision,
+A JSON value checked against a TensorFlow dtype (types, integer ranges,
 base64, UTF-8), as TF Serving's json_tensor.cc checks it, with its messages;
 rapidjson's type names; the body as a JSON object; JSON bytes written as TF
 Serving writes them. Every error is a :class:`ServingError` INVALID_ARGUMENT.
@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import math
+import struct
 from typing import Any
 
 try:
@@ -81,11 +82,37 @@ def utf8(text: str) -> bytes:
 
 
 def b64(text: str) -> bytes:
-    """``{"b64": text}``'s bytes."""
+    """``{"b64": text}``'s bytes, read as TF Serving reads them (absl::Base64Unescape).
+
+    The standard alphabet (``+`` and ``/``, not the URL-safe one); ASCII
+    whitespace anywhere is skipped (base64 wrapped at 76 characters, a line
+    break at the end); the padding may be left out, but where it is given it
+    must be complete (``=`` or ``.``) and nothing may follow it but
+    whitespace; a single character left over is refused.
+    """
+    if len(text) % 4 == 0:  # the common text: exact, padded, one line
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
     try:
-        return base64.b64decode(text, validate=True)
+        data = text.encode("ascii").translate(None, _B64_SPACE)
+    except UnicodeEncodeError:
+        raise invalid_argument("Unable to base64 decode") from None
+    digits = data.rstrip(b"=.")
+    padding = len(data) - len(digits)
+    left = len(digits) % 4
+    complete = (4 - left) % 4  # the padding the digits call for
+    if left == 1 or padding not in (0, complete):
+        raise invalid_argument("Unable to base64 decode")
+    try:
+        return base64.b64decode(digits + b"=" * complete, validate=True)
     except (binascii.Error, ValueError):
         raise invalid_argument("Unable to base64 decode") from None
+
+
+#: absl::ascii_isspace's characters, which base64 text may hold anywhere.
+_B64_SPACE = b" \t\n\v\f\r"
 
 
 def is_b64(value: Any) -> bool:
@@ -124,28 +151,61 @@ class Converter:
 
 
 class _Float(Converter):
-    def __init__(self, type_name: str, max_value: float, max_exact_int: int) -> None:
+    """Any JSON number, rounded to the dtype as TF Serving's ``GetFloat()`` rounds it.
+
+    TF Serving (since 2021) takes every number for a float input and lets
+    the C cast round it: 1435774380 is 1435774336.0 as a float, a value
+    beyond the dtype's range is an infinity, one below its smallest is 0.
+    The value returned is a Python float; the float32 rounding happens where
+    it is stored (array.array("f"), a C cast), half and bfloat16 are rounded
+    here (:func:`_half`, :func:`_bfloat16`) so that NumPy gets exact values.
+    """
+
+    def __init__(self, type_name: str, narrow: Any = None) -> None:
         super().__init__(type_name)
-        self.max_value = max_value
-        self.max_exact_int = max_exact_int
+        self.narrow = narrow
 
     def __call__(self, value: Any) -> Any:
         kind = type(value)
-        if kind is float:
-            if math.isfinite(value) and abs(value) > self.max_value:
-                raise self.lossy(value)
-            return value
         if kind is int:
-            if abs(value) > self.max_exact_int:
-                raise self.lossy(value)
-            return float(value)
-        raise self.type_error(value)
+            try:
+                value = float(value)
+            except OverflowError:  # rapidjson: a parse error, "Number too big"
+                raise invalid_argument(
+                    f"JSON Value: {quote(value)} is too big to be stored in a double"
+                ) from None
+        elif kind is not float:
+            raise self.type_error(value)
+        return value if self.narrow is None else self.narrow(value)
 
-    def lossy(self, value: Any) -> ServingError:
-        return invalid_argument(
-            f"Cannot convert JSON value: {quote(value)} to {self.type_name} without loss of "
-            "precision."
-        )
+
+def _float32(value: float) -> float:
+    """`value` rounded to float32 (to nearest, ties to even); an infinity beyond its range."""
+    try:
+        rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return rounded
+
+
+def _half(value: float) -> float:
+    """`value` rounded to IEEE half (to nearest, ties to even); an infinity beyond 65504."""
+    try:
+        rounded: float = struct.unpack("<e", struct.pack("<e", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    return rounded
+
+
+def _bfloat16(value: float) -> float:
+    """`value` rounded to bfloat16 as TensorFlow rounds a float32 (to nearest, ties to even)."""
+    single = _float32(value)
+    if not math.isfinite(single):
+        return single
+    (bits,) = struct.unpack("<I", struct.pack("<f", single))
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded: float = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return rounded
 
 
 class _Int(Converter):
@@ -192,12 +252,11 @@ class _Unsupported(Converter):
         )
 
 
-_FLOAT32_MAX = 3.4028234663852886e38
 _CONVERTERS: dict[str, Converter] = {
-    "DT_FLOAT": _Float("float", _FLOAT32_MAX, 2**24 - 1),
-    "DT_DOUBLE": _Float("double", math.inf, 2**53 - 1),
-    "DT_HALF": _Float("half", 65504.0, 2**11),
-    "DT_BFLOAT16": _Float("bfloat16", _FLOAT32_MAX, 2**8),
+    "DT_FLOAT": _Float("float"),  # rounded where it is stored: array.array("f")
+    "DT_DOUBLE": _Float("double"),
+    "DT_HALF": _Float("half", _half),  # refused by TF Serving ("Conversion of ...")
+    "DT_BFLOAT16": _Float("bfloat16", _bfloat16),  # the same
     "DT_INT8": _Int("int8", -(2**7), 2**7 - 1),
     "DT_INT16": _Int("int16", -(2**15), 2**15 - 1),
     "DT_INT32": _Int("int32", -(2**31), 2**31 - 1),

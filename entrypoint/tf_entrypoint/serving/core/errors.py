@@ -52,6 +52,8 @@ class Refusal(enum.Enum):
     BODY_TIMEOUT = "body_timeout"
     #: Admission refused the request: the server is at capacity (REST 503 + Retry-After).
     AT_CAPACITY = "at_capacity"
+    #: The request body's Content-Encoding is not one the server decodes (REST 415).
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
 
 
 class ServingError(Exception):

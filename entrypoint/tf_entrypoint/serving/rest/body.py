@@ -1,7 +1,15 @@
-"""Admitted body reading: a request's body, bounded in size and in time, from ASGI's receive."""
+"""Admitted body reading: a request's body, bounded in size and in time, from ASGI's receive.
+
+A body sent with ``Content-Encoding: gzip`` (as TF Serving's HTTP server
+takes it) or ``deflate`` (as Triton's clients may send it) is decompressed
+as it arrives, and --max-body-bytes bounds what it decompresses to: a
+gzip bomb is refused with 413 the moment it passes the limit, never
+decompressed further.
+"""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Awaitable, Callable, Generator, MutableMapping
 from typing import Any
 
@@ -59,13 +67,20 @@ async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float =
     at once (issue 24: a timer per request cost more than reading the body).
     """
     too_large = f"Request body exceeds the limit of {limit} bytes (--max-body-bytes)"
-    declared = header(scope, b"content-length")
+    declared = encoding = None
+    for key, value in scope["headers"]:  # one pass for both
+        name = key.lower()
+        if name == b"content-length" and declared is None:
+            declared = value.decode("latin-1")
+        elif name == b"content-encoding" and encoding is None:
+            encoding = value.decode("latin-1")
     if declared is not None:
         if not declared.isdigit():
             raise invalid_argument(f"Invalid Content-Length: {p.quote(declared)}")
         if int(declared) > limit:
             raise ServingError(Code.RESOURCE_EXHAUSTED, too_large, refusal=Refusal.BODY_TOO_LARGE)
-    body = _Body(limit, too_large)
+    coding = None if encoding is None else content_coding(encoding)
+    body = _Body(limit, too_large) if coding is None else _Inflated(limit, too_large, coding)
     first = receive()
     try:
         waiting = first.send(None)  # type: ignore[attr-defined] # receive() is a coroutine
@@ -120,6 +135,90 @@ class _Body:
 
     def joined(self) -> bytes:
         return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
+
+#: The content codings a body may be sent in: their zlib window bits (RFC 9110 8.4.1).
+CODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+
+
+def content_coding(header_value: str) -> str | None:
+    """The coding a Content-Encoding header names: None for none (``identity``, empty),
+    else one of CODINGS; a 415 refusal for any other coding, or for several."""
+    codings = [c.strip().lower() for c in header_value.split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) == 1 and codings[0] in CODINGS:
+        return codings[0]
+    raise ServingError(
+        Code.INVALID_ARGUMENT,
+        f"Content-Encoding {p.quote(header_value)} is not supported: send the body "
+        "uncompressed or compressed once with gzip or deflate",
+        refusal=Refusal.UNSUPPORTED_ENCODING,
+    )
+
+
+class _Inflated(_Body):
+    """A compressed body, decompressed as its chunks come: `limit` bounds the bytes
+    received and the bytes they decompress to. zlib is never asked for more than
+    one byte past the limit, so a bomb costs at most `limit` + 1 bytes."""
+
+    __slots__ = ("coding", "decompressor", "received")
+
+    def __init__(self, limit: int, too_large: str, coding: str) -> None:
+        super().__init__(limit, too_large)
+        self.coding = coding
+        self.decompressor = zlib.decompressobj(CODINGS[coding])
+        self.received = 0
+
+    def add(self, message: MutableMapping[str, Any]) -> bool:
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk: bytes = message.get("body", b"")
+        self.received += len(chunk)
+        if self.received > self.limit:
+            raise ServingError(
+                Code.RESOURCE_EXHAUSTED, self.too_large, refusal=Refusal.BODY_TOO_LARGE
+            )
+        try:
+            self.inflate(chunk)
+        except zlib.error as err:
+            raise self.invalid(str(err)) from None
+        if message.get("more_body", False):
+            return False
+        if self.received and not self.decompressor.eof:
+            raise self.invalid("the body ends before the compressed data does")
+        return True
+
+    def inflate(self, data: bytes) -> None:
+        while data:
+            if self.decompressor.eof:  # another gzip member follows (RFC 1952)
+                if self.coding == "deflate":
+                    raise self.invalid("data follows the end of the compressed stream")
+                self.decompressor = zlib.decompressobj(CODINGS[self.coding])
+            out = self.decompressor.decompress(data, self.limit - self.size + 1)
+            self.size += len(out)
+            if self.size > self.limit:
+                raise ServingError(
+                    Code.RESOURCE_EXHAUSTED,
+                    f"{self.too_large} once decompressed (Content-Encoding: {self.coding})",
+                    refusal=Refusal.BODY_TOO_LARGE,
+                )
+            if out:
+                self.chunks.append(out)
+            decompressor = self.decompressor
+            data = decompressor.unused_data if decompressor.eof else decompressor.unconsumed_tail
+
+    def invalid(self, why: str) -> ServingError:
+        return invalid_argument(
+            f"The request body is not valid {self.coding} data "
+            f"(Content-Encoding: {self.coding}): {why}"
+        )
+
+    def joined(self) -> bytes:
+        if not self.chunks:
+            return b""
+        return super().joined()
 
 
 class _Resumed:

@@ -37,11 +37,13 @@ HTTP_STATUS = {
 }
 #: This server's own answers to refusals (docs/robustness.md): the body over
 #: --max-body-bytes, the body not received in time, the server at capacity
-#: (503 with Retry-After, so that clients and load balancers retry).
+#: (503 with Retry-After, so that clients and load balancers retry), a body
+#: compressed in a way the server does not decode (RFC 9110's 415).
 REFUSAL_STATUS = {
     Refusal.BODY_TOO_LARGE: 413,
     Refusal.BODY_TIMEOUT: 408,
     Refusal.AT_CAPACITY: 503,
+    Refusal.UNSUPPORTED_ENCODING: 415,
 }
 
 
