@@ -365,7 +365,8 @@ def rest_cases() -> dict[str, tuple[Any, ...]]:
         "get_on_predict": ("GET", p, None),
         "put_on_status": ("PUT", "/v1/models/plus", "{}"),
         "missing_model_name": ("GET", "/v1/models/", None),
-        "non_v1_path": ("GET", "/v2/models/plus", None),
+        "unknown_path": ("GET", "/v3/models/plus", None),
+        "v2_model_metadata": ("GET", "/v2/models/plus", None),
     }  # fmt: skip
 
 
