@@ -38,7 +38,10 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT = 30.0
 #: Below Docker's 10 s between SIGTERM and SIGKILL (Kubernetes gives 30 s).
 DEFAULT_GRACE_PERIOD = 8.0
-DEFAULT_WAIT_FOR_MODEL = 300.0
+#: TF Serving's --max_num_load_retries and --load_retry_interval_micros defaults
+#: (model_servers/server.h): a failed load is tried 5 more times, a minute apart.
+DEFAULT_MAX_NUM_LOAD_RETRIES = 5
+DEFAULT_LOAD_RETRY_INTERVAL_MICROS = 60 * 1000 * 1000
 #: TF Serving's --file_system_poll_wait_seconds default.
 DEFAULT_FILE_SYSTEM_POLL_WAIT = 1.0
 #: TF Serving's --model_config_file_poll_wait_seconds default (0: read once).
@@ -234,13 +237,14 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("0", "1"), why="loads are not parallel"),
     Flag("num_unload_threads", "versions unload one at a time", kind="limited",
          accepts=("0", "1"), why="unloads are not parallel"),
-    Flag("max_num_load_retries", "a failed version is not retried on a timer",
-         kind="limited", accepts=("0",),
-         why="a failed version is retried when its directory is replaced"),
-    Flag("load_retry_interval_micros", "", kind="limited",
-         why="a failed version is retried when its directory is replaced, not on a timer"),
-    Flag("num_request_iterations_for_warmup", "each warm-up record runs once",
-         kind="limited", accepts=("0", "1"), why="records are replayed once"),
+    Flag("max_num_load_retries", "times a failed load is tried again before the version "
+         "fails (END); it stays LOADING meanwhile, its status showing the error; 0 tries "
+         "once; a version that failed is tried again once its directory changes",
+         default=str(DEFAULT_MAX_NUM_LOAD_RETRIES)),
+    Flag("load_retry_interval_micros", "microseconds between those tries; negative: no "
+         "wait", default=str(DEFAULT_LOAD_RETRY_INTERVAL_MICROS)),
+    Flag("num_request_iterations_for_warmup", "times each warm-up record is replayed; "
+         "0 or less: once", default="0"),
     # --- batching (issue 15)
     Flag("enable_batching", "server-side batching: concurrent predicts of one model "
          "version and signature run as one TensorFlow call (docs/batching.md)",
@@ -269,8 +273,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("grace-period", "seconds in-flight requests get after SIGTERM; those still running "
          "then get 503 and the process exits within 1 s", env=ENV_GRACE_PERIOD,
          default=f"{DEFAULT_GRACE_PERIOD:g}", tf_serving=False),
-    Flag("wait-for-model", "seconds to wait for a first version to appear before exiting 1",
-         env=ENV_WAIT_FOR_MODEL, default=f"{DEFAULT_WAIT_FOR_MODEL:g}", tf_serving=False),
+    Flag("wait-for-model", "seconds to wait for a first version of each model to appear "
+         "before exiting 1; not given: wait as TF Serving does (not ready until one serves)",
+         env=ENV_WAIT_FOR_MODEL, default="wait", tf_serving=False),
     Flag("access-log", "log every REST request; the client is the `X-Forwarded-For` address "
          "when a proxy on 127.0.0.1 (a mesh sidecar) sends one (without the access log that "
          "header is not read)", boolean=True, env=ENV_ACCESS_LOG,

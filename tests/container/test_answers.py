@@ -571,6 +571,8 @@ def main(containers: Containers, library: Path) -> Iterator[tuple[Server, dict[s
     command = [
         "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
         "--monitoring_config_file=/models/monitoring.config", f"--max-body-bytes={MAX_BODY}",
+        # The recorded answers are of `broken` failing at once, without load retries.
+        "--max_num_load_retries=0",
     ]  # fmt: skip
     with server_container(containers, library, command) as server:
         container = server.container

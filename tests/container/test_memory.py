@@ -310,7 +310,13 @@ def test_an_error_quoting_a_long_request_string_still_reaches_the_client(server:
 def test_a_warmup_record_cannot_ask_for_gigabytes(containers: Containers, library: Path) -> None:
     """Its version fails to load, with the reason; the server does not die of it."""
     with containers.started(
-        ["serve", "--model_name=huge_warmup", "--model_base_path=/models/huge_warmup"],
+        # No load retries (TF Serving's default retries 5 times a minute apart).
+        [
+            "serve",
+            "--model_name=huge_warmup",
+            "--model_base_path=/models/huge_warmup",
+            "--max_num_load_retries=0",
+        ],
         volumes={str(library): {"bind": "/models", "mode": "ro"}},
         nano_cpus=1_000_000_000,
         **LIMITED,

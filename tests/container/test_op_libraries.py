@@ -74,7 +74,13 @@ def test_without_tf_text_the_load_fails_naming_the_op_and_the_fix(
     """The image under test has no tensorflow-text: the version fails to load with
     TensorFlow's own message and where to get the ops, and the server exits 1."""
     ran = containers.run(
-        ["--model_name=text", "--model_base_path=/models/text", "--rest_api_port=0"],
+        # No load retries (TF Serving's default retries 5 times a minute apart).
+        [
+            "--model_name=text",
+            "--model_base_path=/models/text",
+            "--rest_api_port=0",
+            "--max_num_load_retries=0",
+        ],
         entrypoint=["/usr/bin/tensorflow_model_server"],
         volumes={str(models): {"bind": "/models", "mode": "ro"}},
         timeout=300,

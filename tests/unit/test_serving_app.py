@@ -316,7 +316,10 @@ def test_a_failed_load_is_fatal(tmp_path: Path) -> None:
     def broken(directory: Path, version: int) -> HalfPlusTwo:
         raise OSError("saved_model.pb is truncated")
 
-    app = make_app(config(tmp_path), loader=broken, on_fatal=fatal.append)
+    # No retries: with TF Serving's default (5, a minute apart) the failure is
+    # fatal only after them (test_serving_lifecycle tests the retries).
+    app = make_app(config(tmp_path, "--max_num_load_retries=0"), loader=broken,
+                   on_fatal=fatal.append)  # fmt: skip
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while not fatal and time.monotonic() < deadline:

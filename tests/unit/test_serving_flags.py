@@ -24,6 +24,7 @@ from tf_entrypoint.serving.config import (
     read_flags,
 )
 from tf_entrypoint.serving.config.model_config import ConfigError
+from tf_entrypoint.serving.core.submission import LoadRetries
 
 HERE = Path(__file__).resolve().parent
 #: The TF Serving compatibility page holds the flag table (it was the README's).
@@ -288,6 +289,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[Path, int, bool, bool, object, str]] = []
+    iterations: list[int] = []
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
     def load(
@@ -295,6 +297,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         version: int,
         *,
         warmup: bool = True,
+        warmup_iterations: int = 1,
         method_name_check: bool = False,
         batching: object = None,
         batch_hooks: object = None,
@@ -302,6 +305,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         loader: str = "session",
     ) -> object:
         calls.append((directory, version, warmup, method_name_check, max_body_bytes, loader))
+        iterations.append(warmup_iterations)
         return object()
 
     fake.load = load  # type: ignore[attr-defined]
@@ -323,6 +327,40 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
         assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes, chosen)
+        assert iterations[-1] == 1
+    # TF Serving's --num_request_iterations_for_warmup: used only when above 0.
+    for given, replays in (("3", 3), ("0", 1), ("-2", 1)):
+        conf = parse(
+            f"--model_base_path={tmp_path}", f"--num_request_iterations_for_warmup={given}"
+        )
+        main.build_core(conf).manager._loader(tmp_path, 1)
+        assert iterations[-1] == replays
+
+
+def test_load_retries_default_to_tf_servings_and_are_checked() -> None:
+    """--max_num_load_retries (5) and --load_retry_interval_micros (a minute), as
+    TF Serving's server.h; a negative interval does not wait (its retrier.cc)."""
+    assert parse_config([], {}, BUDGET).load_retries == LoadRetries(5, 60.0)
+    read = parse_config(
+        ["--max_num_load_retries=2", "--load_retry_interval_micros=1500000"], {}, BUDGET
+    )
+    assert read.load_retries == LoadRetries(2, 1.5)
+    read = parse_config(["--max_num_load_retries=0", "--load_retry_interval_micros=-1"], {}, BUDGET)
+    assert read.load_retries == LoadRetries(0, 0.0)
+    with pytest.raises(UsageError) as bad:
+        parse_config(["--max_num_load_retries=-1"], {}, BUDGET)
+    assert str(bad.value) == (
+        "--max_num_load_retries='-1' is invalid: expected a whole number from 0 (int32)"
+    )
+    with pytest.raises(UsageError, match="--load_retry_interval_micros='1m' is invalid"):
+        parse_config(["--load_retry_interval_micros=1m"], {}, BUDGET)
+
+
+def test_wait_for_model_is_none_unless_given() -> None:
+    """Not given: wait for a first version as TF Serving does; given: exit after it."""
+    assert parse_config([], {}, BUDGET).wait_for_model is None
+    assert parse_config(["--wait-for-model=5"], {}, BUDGET).wait_for_model == 5.0
+    assert parse_config([], {"SERVE_WAIT_FOR_MODEL": "0"}, BUDGET).wait_for_model == 0.0
 
 
 def test_the_loader_variable_is_checked_at_start() -> None:

@@ -32,6 +32,7 @@ from tf_entrypoint.serving.core.model_specs import (
     Specific,
 )
 from tf_entrypoint.serving.core.models import Version
+from tf_entrypoint.serving.core.submission import LoadRetries
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
 
 F32 = p.TensorSpec("DT_FLOAT", (-1,))
@@ -239,14 +240,146 @@ def test_policy_specific(tmp_path: Path) -> None:
     assert states(manager) == {3: AVAILABLE, 1: AVAILABLE}
 
 
-def test_a_specific_version_that_never_appears_is_fatal_at_start(tmp_path: Path) -> None:
+def test_specific_versions_none_of_which_appears_are_fatal_at_start(tmp_path: Path) -> None:
+    # Moved from "version 7 never appears" with (1, 7): as TF Serving, start-up
+    # now ends once any listed version serves, so only none of them is fatal.
     export(tmp_path, 1)
-    manager, _ = manager_for(spec(tmp_path, Specific((1, 7))))
+    manager, _ = manager_for(spec(tmp_path, Specific((5, 7))))
     fatal = manager.initial_load(0.2, lambda: False, poll=0.05)
     assert fatal == (
-        "test.config:1 (model 'm'): model_version_policy.specific.versions: version(s) 7 did "
-        f"not appear in {tmp_path / 'm'} within 0.2 s (on disk: 1)"
+        "test.config:1 (model 'm'): model_version_policy.specific.versions: version(s) 5, 7 "
+        f"did not appear in {tmp_path / 'm'} within 0.2 s (on disk: 1)"
     )
+
+
+def test_specific_starts_once_any_listed_version_serves(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    manager, _ = manager_for(spec(tmp_path, Specific((1, 7))))
+    assert manager.initial_load(0.2, lambda: False, poll=0.05) == ""
+    assert states(manager) == {1: AVAILABLE}
+    assert manager.readiness() == ([], {"m": [1]})
+    export(tmp_path, 7)  # the other one arrives later, as a new version does
+    manager.sync()
+    assert states(manager) == {7: AVAILABLE, 1: AVAILABLE}
+
+
+def test_without_a_wait_start_up_waits_for_a_first_version(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    manager, _ = manager_for(spec(tmp_path))
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the version appears during the third wait
+        slept.append(seconds)
+        if len(slept) == 3:
+            export(tmp_path, 1)
+
+    assert manager.initial_load(None, lambda: False, poll=0.05, sleep=sleep) == ""
+    assert len(slept) == 3
+    assert states(manager) == {1: AVAILABLE}
+
+
+def test_a_saved_model_in_the_model_directory_is_version_1(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "saved_model.pb").write_bytes(b"")
+    loader = Loader()
+    manager, _ = manager_for(spec(tmp_path), loader=loader)
+    assert manager.initial_load(1, lambda: False) == ""
+    assert states(manager) == {1: AVAILABLE}
+    assert loader.loaded == [(tmp_path.name, 1)]  # the model directory itself
+    export(tmp_path, 2)  # a version folder appears: it is the model's versions from now on
+    manager.sync()
+    assert states(manager) == {2: AVAILABLE, 1: END}
+
+
+class Clock:
+    """A manager clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_load_is_retried_as_tf_serving_retries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    export(tmp_path, 1)
+    loader = Loader()
+    clock = Clock()
+    metrics = Metrics()
+    manager = Manager(loader, metrics, metadata.rest_answer,
+                      retries=LoadRetries(2, 60.0), clock=clock)  # fmt: skip
+    manager.apply(ServingConfig((spec(tmp_path),)), initial=True)
+    assert manager.initial_load(1, lambda: False) == ""
+    broken = export(tmp_path, 2)
+    loader.broken.add(broken)
+    caplog.set_level(logging.INFO, "tf_entrypoint.serving")
+    assert manager.sync() == []  # not final: no error yet
+    status = {s.version: s for s in manager.status(route("status"))}
+    assert status[2].state == LOADING
+    assert "variables is incomplete" in status[2].error_message
+    assert served(manager) == 1  # the loaded version keeps serving
+    assert manager.next_retry() == 160.0
+    assert any("retry 1 of 2 in 60 s" in r.getMessage() for r in caplog.records)
+    manager.sync(retries_only=True)  # not due yet
+    assert loader.loaded.count(("m", 2)) == 1
+    clock.now = 160.0
+    assert manager.sync(retries_only=True) == []
+    assert loader.loaded.count(("m", 2)) == 2
+    assert any("retry 2 of 2 in 60 s" in r.getMessage() for r in caplog.records)
+    clock.now = 220.0
+    errors = manager.sync(retries_only=True)  # the last retry fails: END, as today
+    assert loader.loaded.count(("m", 2)) == 3
+    assert errors == [f"model 'm': loading {broken} failed: OSError: {broken}/variables is "
+                      "incomplete"]  # fmt: skip
+    assert states(manager) == {2: END, 1: AVAILABLE}
+    assert manager.next_retry() == float("inf")
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 3
+    clock.now = 1000.0
+    manager.sync()  # the same files: not tried again
+    assert loader.loaded.count(("m", 2)) == 3
+
+
+def test_a_retry_that_succeeds_serves_and_start_up_waits_for_it(tmp_path: Path) -> None:
+    broken = export(tmp_path, 1)
+    loader = Loader()
+    loader.broken.add(broken)
+    clock = Clock()
+    manager = Manager(loader, Metrics(), metadata.rest_answer,
+                      retries=LoadRetries(5, 30.0), clock=clock)  # fmt: skip
+    manager.apply(ServingConfig((spec(tmp_path),)), initial=True)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # time passes; the second retry finds it fixed
+        slept.append(seconds)
+        clock.now += seconds
+        if len(slept) == 2:
+            loader.broken.clear()
+
+    assert manager.initial_load(None, lambda: False, poll=100, sleep=sleep) == ""
+    assert slept == [30.0, 30.0]
+    assert loader.loaded == [("m", 1)] * 3
+    status = manager.status(route("status"))
+    assert [(s.state, s.error_code) for s in status] == [(AVAILABLE, "OK")]
+
+
+def test_a_pending_retry_of_an_unwanted_version_is_cancelled(tmp_path: Path) -> None:
+    export(tmp_path, 1)
+    loader = Loader()
+    manager = Manager(loader, Metrics(), metadata.rest_answer,
+                      retries=LoadRetries(5, 30.0), clock=Clock())  # fmt: skip
+    manager.apply(ServingConfig((spec(tmp_path),)), initial=True)
+    manager.initial_load(1, lambda: False)
+    broken = export(tmp_path, 2)
+    loader.broken.add(broken)
+    manager.sync()
+    assert states(manager)[2] == LOADING
+    (broken / "saved_model.pb").unlink()
+    broken.rmdir()
+    manager.sync()
+    assert states(manager) == {2: END, 1: AVAILABLE}
+    assert manager.next_retry() == float("inf")
 
 
 def test_no_version_and_a_failed_first_load_are_fatal_at_start(tmp_path: Path) -> None:

@@ -148,6 +148,7 @@ def _tensorflow_load(
         directory,
         version,
         warmup=config.enable_model_warmup,
+        warmup_iterations=config.warmup_iterations,
         method_name_check=config.enable_signature_method_name_check,
         batching=config.batching,
         batch_hooks=batch_hooks,
@@ -173,7 +174,7 @@ def build_core(
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
         metrics.add_model(name)
-    manager = Manager(loader, metrics, metadata.rest_answer)
+    manager = Manager(loader, metrics, metadata.rest_answer, retries=config.load_retries)
     manager.apply(config.models, initial=True)
     path = config.models.path
 

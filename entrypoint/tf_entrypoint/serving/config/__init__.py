@@ -22,13 +22,14 @@ from tf_entrypoint.server_flags import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_GRPC_PORT,
     DEFAULT_HOST,
+    DEFAULT_LOAD_RETRY_INTERVAL_MICROS,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_NUM_LOAD_RETRIES,
     DEFAULT_MODEL_BASE_PATH,
     DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT,
     DEFAULT_MODEL_NAME,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_REST_PORT,
-    DEFAULT_WAIT_FOR_MODEL,
     FLAGS,
     LOG_LEVELS,
     SAVED_MODEL_LOADERS,
@@ -53,6 +54,7 @@ from tf_entrypoint.serving.config.sizing import (
 )
 from tf_entrypoint.serving.core.batching import BatchingParameters
 from tf_entrypoint.serving.core.model_specs import ServingConfig
+from tf_entrypoint.serving.core.submission import LoadRetries
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -74,6 +76,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+INTERVAL = DEFAULT_LOAD_RETRY_INTERVAL_MICROS
+#: TF Serving's retries of a failed load: 5, a minute apart (server_flags).
+TF_SERVING_RETRIES = LoadRetries(DEFAULT_MAX_NUM_LOAD_RETRIES, INTERVAL / 1e6)
+
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -92,7 +98,8 @@ class ServeConfig:
     max_body_bytes: int
     request_timeout: float
     grace_period: float
-    wait_for_model: float
+    #: Seconds to wait for a first version before exiting 1; None: wait (TF Serving's way).
+    wait_for_model: float | None
     #: Seconds between scans of the models' directories (0: load once).
     file_system_poll_wait: float
     #: Seconds between reads of the model config file (0: read once).
@@ -106,6 +113,10 @@ class ServeConfig:
     grpc_socket_path: str | None = None
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
+    #: TF Serving's --num_request_iterations_for_warmup: replays of each warm-up record.
+    warmup_iterations: int = 1
+    #: TF Serving's --max_num_load_retries and --load_retry_interval_micros (in seconds).
+    load_retries: LoadRetries = TF_SERVING_RETRIES
     #: TF Serving's --enable_profiler: tensorflow.ProfilerService on the gRPC port.
     enable_profiler: bool = True
     #: TF Serving's --enable_signature_method_name_check (Classify/Regress).
@@ -251,6 +262,14 @@ def _int_from(least: int) -> Callable[[str], int]:
     return read
 
 
+def _int_within(least: int, bits: int) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        value = int(text)
+        return _checked(value, least <= value < 2 ** (bits - 1), text)
+
+    return read
+
+
 def _port(text: str) -> int:
     value = int(text)
     return _checked(value, 0 <= value <= 65535, text)
@@ -281,7 +300,12 @@ def _path(text: str) -> str | None:
 BOOLEAN = Converter(_boolean, BOOLEAN_EXPECTED)
 POSITIVE_INT = Converter(_int_from(1), "a whole number from 1")
 PORT = Converter(_port, "a port (0-65535)")
+#: TF Serving's int32 and int64 flags.
+INT32 = Converter(_int_within(-(2**31), 32), "a whole number (int32)")
+INT64 = Converter(_int_within(-(2**63), 64), "a whole number of microseconds (int64)")
+RETRIES = Converter(_int_within(0, 32), "a whole number from 0 (int32)")
 SECONDS = Converter(_seconds, "a number of seconds (0 or more)")
+MAYBE_SECONDS: Converter[float | None] = Converter(_seconds, SECONDS.expected)
 MILLISECONDS = Converter(_milliseconds, "a whole number of milliseconds (0 or less: no limit)")
 LOG_LEVEL = Converter(_one_of(LOG_LEVELS), ", ".join(LOG_LEVELS))
 LOADER = Converter(_one_of(SAVED_MODEL_LOADERS), " or ".join(SAVED_MODEL_LOADERS))
@@ -387,7 +411,7 @@ def parse_config(
         max_body_bytes=values.get("max-body-bytes", POSITIVE_INT, DEFAULT_MAX_BODY_BYTES),
         request_timeout=timeout,
         grace_period=values.get("grace-period", SECONDS, DEFAULT_GRACE_PERIOD),
-        wait_for_model=values.get("wait-for-model", SECONDS, DEFAULT_WAIT_FOR_MODEL),
+        wait_for_model=values.get("wait-for-model", MAYBE_SECONDS, None),
         file_system_poll_wait=values.get(
             "file_system_poll_wait_seconds", SECONDS, DEFAULT_FILE_SYSTEM_POLL_WAIT
         ),
@@ -404,6 +428,11 @@ def parse_config(
         grpc_socket_path=socket_path,
         grpc_channel_arguments=channel_arguments,
         enable_model_warmup=values.get("enable_model_warmup", BOOLEAN, True),
+        warmup_iterations=max(1, values.get("num_request_iterations_for_warmup", INT32, 0)),
+        load_retries=LoadRetries(
+            values.get("max_num_load_retries", RETRIES, DEFAULT_MAX_NUM_LOAD_RETRIES),
+            max(0, values.get("load_retry_interval_micros", INT64, INTERVAL)) / 1e6,
+        ),
         enable_profiler=values.get("enable_profiler", BOOLEAN, True),
         enable_signature_method_name_check=values.get(
             "enable_signature_method_name_check", BOOLEAN, False

@@ -12,7 +12,6 @@ changed config file are applied on the same thread.
 
 from __future__ import annotations
 
-import concurrent.futures
 import gc
 import logging
 import threading
@@ -20,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from tf_entrypoint.serving.core import repository
-from tf_entrypoint.serving.core.errors import Code, ConfigError, ServingError
+from tf_entrypoint.serving.core.errors import Code, ConfigError
 from tf_entrypoint.serving.core.model_specs import (
     ServingConfig,
     Specific,
@@ -29,6 +28,7 @@ from tf_entrypoint.serving.core.model_specs import (
 )
 from tf_entrypoint.serving.core.models import Events, Model, Models, Version
 from tf_entrypoint.serving.core.servable import Loader, Servable
+from tf_entrypoint.serving.core.submission import NO_RETRIES, LoadRetries, Submission
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -46,10 +46,20 @@ Describe = Callable[[str, int, Servable], bytes]
 class Manager(Models):
     """The served models (a :class:`Models`) and the thread that changes them."""
 
-    def __init__(self, loader: Loader, events: Events, describe: Describe) -> None:
+    def __init__(
+        self,
+        loader: Loader,
+        events: Events,
+        describe: Describe,
+        *,
+        retries: LoadRetries = NO_RETRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(events)
         self._loader = loader
         self._describe = describe
+        self._retries = retries
+        self._clock = clock
         #: The configuration applied last.
         self.config: ServingConfig | None = None
         #: Configurations sent by HandleReloadConfigRequest, for the control thread.
@@ -97,8 +107,13 @@ class Manager(Models):
         for version in finished:
             self._finish_unload(version)
 
-    def sync(self, stop: Callable[[], bool] = lambda: False) -> list[str]:
-        """Bring every model in line with its directory and policy; the load errors.
+    def sync(
+        self, stop: Callable[[], bool] = lambda: False, *, retries_only: bool = False
+    ) -> list[str]:
+        """Bring every model in line with its directory and policy; the load errors
+        (final ones: a load that will be retried is none yet).
+
+        `retries_only`: only retry the failed loads that are due (no new versions).
 
         An OSError that escapes a model's sync (the model store failing in a
         way the repository functions do not absorb) is logged and that model
@@ -109,7 +124,7 @@ class Manager(Models):
             if stop():
                 break
             try:
-                errors.extend(self._sync_model(model, stop))
+                errors.extend(self._sync_model(model, stop, retries_only))
             except OSError as err:
                 log.error(
                     "model %r: reading %s failed: %s; keeping what is loaded, retrying on the "
@@ -123,7 +138,9 @@ class Manager(Models):
             gc.collect()  # a retired TensorFlow model's memory goes back now
         return errors
 
-    def _sync_model(self, model: Model, stop: Callable[[], bool]) -> list[str]:
+    def _sync_model(
+        self, model: Model, stop: Callable[[], bool], retries_only: bool = False
+    ) -> list[str]:
         spec = model.spec
         # Every look at the file system happens here, outside the lock: on
         # NFS or FUSE a listing or a stat can take seconds, and requests
@@ -141,8 +158,9 @@ class Manager(Models):
         model.warned_unlistable = False
         self._warn_too_large(model, listing.too_large)
         aspired = aspired_versions(spec.policy, list(listing.versions))
+        self._cancel_retries(model, aspired)
         errors: list[str] = []
-        for version, unreadable in self._to_load(model, listing.versions, aspired):
+        for version, unreadable in self._to_load(model, listing.versions, aspired, retries_only):
             if stop():
                 return errors
             if unreadable is not None:
@@ -155,16 +173,25 @@ class Manager(Models):
         return errors
 
     def _to_load(
-        self, model: Model, found: Mapping[int, repository.Found], aspired: frozenset[int]
+        self,
+        model: Model,
+        found: Mapping[int, repository.Found],
+        aspired: frozenset[int],
+        retries_only: bool = False,
     ) -> list[tuple[Version, OSError | None]]:
         """The aspired versions to load now (newest first), each with the error that
-        keeps it from being read, if any; each is in the status (START) from here on."""
+        keeps it from being read, if any; each is in the status (START) from here on.
+        A failed load whose retry is due is tried again (the same Version)."""
+        now = self._clock()
         with self._lock:
-            # New versions, and failed ones (retried when their files change).
+            # New versions, failed ones (retried when their files change), due retries.
             candidates = [
                 number
                 for number in aspired
-                if (v := model.versions.get(number)) is None or v.state == END
+                if (v := model.versions.get(number)) is None
+                or v.state == END
+                or (v.retry_at is not None and v.retry_at <= now)
+                if not retries_only or (v is not None and v.retry_at is not None)
             ]
         # Their identities, taken before they load (a change during a load is a change).
         looked = {number: repository.identity(found[number].path) for number in candidates}
@@ -172,6 +199,10 @@ class Manager(Models):
         with self._lock:
             for number in sorted(aspired, reverse=True):  # the newest is available first
                 current = model.versions.get(number)
+                if current is not None and current.retry_at is not None and number in looked:
+                    current.identity, current.retry_at = looked[number], None
+                    todo.append((current, found[number].error))
+                    continue
                 if number not in looked or (current is not None and current.state != END):
                     continue  # loaded, or on its way (or it changed since the look)
                 ident = looked[number]
@@ -181,6 +212,24 @@ class Manager(Models):
                 model.versions[number] = version
                 todo.append((version, found[number].error))
         return todo
+
+    def _cancel_retries(self, model: Model, aspired: frozenset[int]) -> None:
+        """End the pending retries of versions no longer wanted (gone, or the policy changed),
+        as TF Serving cancels the retries of a version it no longer aspires to."""
+        with self._lock:
+            cancelled = [
+                v
+                for v in model.versions.values()
+                if v.retry_at is not None and v.number not in aspired
+            ]
+            for version in cancelled:
+                version.state, version.retry_at = END, None
+        for version in cancelled:
+            log.info(
+                "model %r version %d is no longer wanted: its load is not retried any more",
+                model.spec.name,
+                version.number,
+            )
 
     def _retire(self, model: Model, aspired: frozenset[int]) -> None:
         """Unload the versions the policy no longer wants, once a wanted one serves."""
@@ -226,19 +275,37 @@ class Manager(Models):
     def _failed(
         self, model: Model, version: Version, message: str, code: Code, seconds: float
     ) -> str:
-        """Record a failed load (END with the error) in the status, the log and the metrics."""
+        """Record a failed load in the status, the log and the metrics: END with the
+        error once its retries are spent (returned), else LOADING until its retry ("")."""
         name = model.spec.name
+        retries = self._retries
+        final = version.attempts >= retries.retries
         with self._lock:
-            version.state, version.error, version.code = END, message, code
+            version.error, version.code = message, code
+            if final:
+                version.state = END
+            else:
+                version.attempts += 1
+                version.retry_at = self._clock() + retries.interval
             serving = [v.number for v in model.serving]
         self._events.version_load_failed(name, seconds)
         self._events.saved_model_loaded(version.path, False, seconds, None, 0)
-        log.error(
-            "model %r: %s; %s; retried when the directory changes",
-            name,
-            message,
-            f"still serving version(s) {serving}" if serving else "no version is serving",
-        )
+        still = f"still serving version(s) {serving}" if serving else "no version is serving"
+        if not final:
+            log.error(
+                "model %r: %s; %s; retry %d of %d in %g s (--max_num_load_retries, "
+                "--load_retry_interval_micros)",
+                name,
+                message,
+                still,
+                version.attempts,
+                retries.retries,
+                retries.interval,
+            )
+            return ""
+        spent = f"; {retries.retries} retries spent" if retries.retries else ""
+        log.error("model %r: %s%s; %s; retried when the directory changes", name, message,
+                  spent, still)  # fmt: skip
         return f"model {name!r}: {message}"
 
     def _load(self, model: Model, version: Version) -> str:
@@ -261,6 +328,7 @@ class Manager(Models):
         seconds = time.monotonic() - started
         with self._lock:
             version.servable, version.metadata, version.state = servable, metadata, AVAILABLE
+            version.error = ""  # a retry that succeeded
             model.serving = tuple(sorted((*model.serving, version), key=lambda v: v.number))
             model.counts_for_readiness = True
             numbers = [v.number for v in model.serving]
@@ -314,10 +382,18 @@ class Manager(Models):
     # ------------------------------------------------------------------
     # Start-up and the polling loop
 
-    def _missing(self, waited: float) -> list[str]:
-        """Why start-up is not done: models (or specific versions) not on disk yet."""
+    def _waiting_for(self, waited: float) -> tuple[list[str], bool]:
+        """Why start-up is not done: (models with no version to load yet, each with
+        why; whether a failed load will be retried). A model is done once any of
+        its versions serves (TF Serving waits for ServableRequest::Latest)."""
         problems = []
+        retrying = False
         for model in self._models.values():
+            if model.serving:
+                continue
+            if any(v.retry_at is not None for v in model.versions.values()):
+                retrying = True
+                continue
             spec = model.spec
             listing = repository.scan(spec.base_path)
             found = {} if listing is None else listing.versions
@@ -328,45 +404,62 @@ class Manager(Models):
                 )
             elif isinstance(spec.policy, Specific):
                 absent = [v for v in spec.policy.versions if v not in found]
-                if absent:
-                    listed = ", ".join(str(v) for v in absent)
-                    problems.append(
-                        f"{spec.origin}: model_version_policy.specific.versions: version(s) "
-                        f"{listed} did not appear in {spec.base_path} within {waited:g} s "
-                        f"(on disk: {', '.join(str(v) for v in sorted(found))})"
-                    )
-        return problems
+                listed = ", ".join(str(v) for v in absent)
+                problems.append(
+                    f"{spec.origin}: model_version_policy.specific.versions: version(s) "
+                    f"{listed} did not appear in {spec.base_path} within {waited:g} s "
+                    f"(on disk: {', '.join(str(v) for v in sorted(found))})"
+                )
+        return problems, retrying
 
     def initial_load(
         self,
-        wait: float,
+        wait: float | None,
         stop: Callable[[], bool],
         *,
         poll: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
     ) -> str:
-        """Load every model's wanted versions; '' when all serve, else the fatal reason.
+        """Load every model's wanted versions; '' once each model serves one, else the
+        fatal reason.
 
-        Waits up to `wait` seconds for versions to appear; any load failure is
-        fatal at start-up, as in TF Serving (a broken export should be loud).
+        As TF Serving, start-up is done once every model serves a version (with
+        a `specific` policy, any listed one), and a load that fails for good
+        (its retries spent) is fatal. `wait`: seconds to wait for versions to
+        appear before that is fatal (--wait-for-model); None waits for them as
+        TF Serving does (readiness stays down meanwhile).
         """
-        started = time.monotonic()
+        started = self._clock()
+        told = False
         while True:
             errors = self.sync(stop)
             if errors:
                 return errors[0]
-            waited = time.monotonic() - started
-            missing = self._missing(wait)
-            if not missing or stop():
+            now = self._clock()
+            waited = now - started
+            missing, retrying = self._waiting_for(waited if wait is None else wait)
+            if (not missing and not retrying) or stop():
                 return ""
-            if waited >= wait:
+            if missing and wait is not None and waited >= wait:
                 return missing[0]
-            sleep(min(poll, wait - waited))
+            if missing and wait is None and not told:
+                told = True
+                log.info(
+                    "waiting for a version to serve (not ready until one does; "
+                    "--wait-for-model=SECONDS exits 1 instead): %s",
+                    missing[0].replace(f" within {waited:g} s", " yet"),
+                )
+            pause = poll
+            if wait is not None and missing:
+                pause = min(pause, max(0.0, wait - waited))
+            if retrying:
+                pause = min(pause, max(0.0, self.next_retry() - now))
+            sleep(pause)
 
     def run(
         self,
         *,
-        wait: float,
+        wait: float | None,
         file_system_poll: float,
         config_poll: float,
         reload: Callable[[], ServingConfig] | None,
@@ -409,7 +502,8 @@ class Manager(Models):
         next_read = now + config_poll if reload is not None and config_poll > 0 else float("inf")
         while not stop.is_set():
             due = min(next_scan, next_read, time.monotonic() + _WAKE_EVERY)
-            self._wake.wait(max(0.0, due - time.monotonic()))
+            retry_in = self.next_retry() - self._clock()
+            self._wake.wait(max(0.0, min(due - time.monotonic(), retry_in)))
             self._wake.clear()
             if stop.is_set():
                 break
@@ -421,6 +515,8 @@ class Manager(Models):
             if now >= next_scan:
                 next_scan = now + file_system_poll
                 self.sync(stop.is_set)
+            elif self.next_retry() <= self._clock():
+                self.sync(stop.is_set, retries_only=True)
 
     def submit(self, config: ServingConfig) -> Submission:
         """Serve `config` instead (HandleReloadConfigRequest), on the control thread.
@@ -502,37 +598,3 @@ class Manager(Models):
                         number,
                         model.spec.name,
                     )
-
-
-class Submission:
-    """A configuration handed to the control thread by HandleReloadConfigRequest.
-
-    Once accepted it is applied whatever becomes of the call that sent it (a
-    deadline that passes, a client that cancels): cancelling `done` only
-    says that nobody waits for the answer. `applied` is set once the models
-    are switched to it; `done` then carries the load errors of the sync that
-    follows (empty: every wanted version loaded), or RuntimeError when it
-    was never applied (the server stopped or failed first).
-    """
-
-    def __init__(self, config: ServingConfig) -> None:
-        self.config = config
-        self.applied = threading.Event()
-        self.done: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
-
-    def late(self, seconds: float) -> ServingError:
-        """The answer (DEADLINE_EXCEEDED) when `seconds` passed before `done`: truthfully,
-        whether the configuration is applied or still queued."""
-        if self.applied.is_set():
-            return ServingError(
-                Code.DEADLINE_EXCEEDED,
-                "The new configuration is applied, but its versions did not finish loading "
-                f"within {seconds:g} s; GetModelStatus shows their progress",
-            )
-        return ServingError(
-            Code.DEADLINE_EXCEEDED,
-            f"The new configuration is not applied yet: within {seconds:g} s the model "
-            "manager did not get to it (it is busy loading versions or reading the model "
-            "store); it stays queued and is applied when the manager is free; "
-            "GetModelStatus shows when",
-        )

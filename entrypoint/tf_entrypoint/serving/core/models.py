@@ -61,6 +61,7 @@ class Version:
     """One version of one model, in one of the five states."""
 
     __slots__ = (
+        "attempts",
         "code",
         "error",
         "identity",
@@ -69,6 +70,7 @@ class Version:
         "model",
         "number",
         "path",
+        "retry_at",
         "servable",
         "state",
     )
@@ -89,6 +91,11 @@ class Version:
         self.metadata = b""
         #: Requests running on it; it is dropped when this reaches 0 after retirement.
         self.in_flight = 0
+        #: Load retries done (--max_num_load_retries counts them).
+        self.attempts = 0
+        #: When (the manager's clock) its failed load is retried; None: no retry pending.
+        #: While one is, the state stays LOADING and `error` is the last attempt's.
+        self.retry_at: float | None = None
 
     def status(self) -> p.VersionStatus:
         if self.error:
@@ -215,7 +222,10 @@ class Models:
     def _unavailable(model: Model) -> ServingError:
         name = model.spec.name
         versions = sorted(model.versions.values(), key=lambda v: v.number)
-        if any(v.state in (START, LOADING) for v in versions):
+        retrying = [v for v in versions if v.retry_at is not None]
+        if retrying:
+            reason = f"its load failed and is retried: {retrying[-1].error}"
+        elif any(v.state in (START, LOADING) for v in versions):
             reason = "loading"
         elif versions and versions[-1].error:
             return ServingError(
@@ -250,6 +260,19 @@ class Models:
                 Code.NOT_FOUND, f"Could not find any versions of model {route.model}"
             )
         return sorted(known, key=lambda s: s.version, reverse=True)
+
+    def next_retry(self) -> float:
+        """When (the manager's clock) the next failed load is retried; inf when none is."""
+        with self._lock:
+            return min(
+                (
+                    v.retry_at
+                    for m in self._models.values()
+                    for v in m.versions.values()
+                    if v.retry_at is not None
+                ),
+                default=float("inf"),
+            )
 
     def readiness(self) -> tuple[list[str], dict[str, list[int]]]:
         """(models that keep the server unready, name -> versions serving)."""

@@ -28,6 +28,9 @@ from tf_entrypoint.serving.core.errors import Code
 log = logging.getLogger("tf_entrypoint.serving")
 
 SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+#: The version a SavedModel directly in the model directory (no version
+#: folder) is served as; only while the directory has no version folder.
+ROOT_VERSION = 1
 #: The largest version number: TF Serving's versions are int64.
 MAX_VERSION = 2**63 - 1
 #: errno values that mean "not there" (a version still being written):
@@ -99,7 +102,8 @@ def scan(model_dir: Path) -> Listing | None:
     TF Serving, which never looks into a version before loading it, would
     try to load it and fail. Two spellings of one number (`1` and `001`):
     the plain one wins, as the TF Serving file-system source warns and
-    picks one.
+    picks one. A model directory with no version folder that holds a
+    saved_model.pb itself is version ROOT_VERSION (our extension).
     """
     try:
         with os.scandir(model_dir) as listing:
@@ -122,6 +126,12 @@ def scan(model_dir: Path) -> Listing | None:
         if state is False:
             continue
         found[number] = Found(directory, state if isinstance(state, OSError) else None)
+    if not found and not too_large:
+        # Our extension: an export written straight into the model directory
+        # (no version folder; TF Serving finds no version there) is version 1.
+        state = _graph_state(model_dir)
+        if state is not False:
+            found[ROOT_VERSION] = Found(model_dir, state if isinstance(state, OSError) else None)
     return Listing(found, tuple(too_large))
 
 

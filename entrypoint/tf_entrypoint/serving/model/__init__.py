@@ -48,6 +48,7 @@ def load(
     version: int,
     *,
     warmup: bool = True,
+    warmup_iterations: int = 1,
     method_name_check: bool = False,
     batching: BatchingParameters | None = None,
     batch_hooks: BatchHooks | None = None,
@@ -56,6 +57,7 @@ def load(
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
+    `warmup_iterations`: --num_request_iterations_for_warmup, replays of each record.
     `method_name_check`: TF Serving's --enable_signature_method_name_check
     (classify/regress then need the signature's method_name to say so).
     `batching`: --enable_batching's parameters (warm-up runs unbatched).
@@ -70,7 +72,7 @@ def load(
     body = DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes
     try:
         if warmup:
-            warm_up(servable, limit=limits.expansion_limit(body))
+            warm_up(servable, limit=limits.expansion_limit(body), iterations=warmup_iterations)
     except BaseException:
         servable.close()
         raise

@@ -36,22 +36,24 @@ _ZEROS: dict[str, Any] = {"DT_STRING": b"", "DT_BOOL": False, **dict.fromkeys(FL
 _REFUSED = (ServingError,)
 
 
-def warm_up(servable: TensorFlowServable, *, limit: int) -> None:
+def warm_up(servable: TensorFlowServable, *, limit: int, iterations: int = 1) -> None:
     """Replay the export's warm-up records, as TF Serving does; else run zeros once.
 
     `limit`: what a record's tensors and examples may decode to (limits.py).
+    `iterations`: times each record is replayed (--num_request_iterations_for_warmup,
+    as TF Serving's saved_model_warmup_util.cc); the zeros run once whatever it is.
     Sets the servable's warmup_records and warmup_seconds.
     """
     path = servable.directory / WARMUP_FILE
     if path.is_file():
         started = time.perf_counter()
-        servable.warmup_records = _replay(servable, path, limit)
+        servable.warmup_records = _replay(servable, path, limit, iterations)
         servable.warmup_seconds = time.perf_counter() - started
         return
     _warm_up_with_zeros(servable)
 
 
-def _replay(servable: TensorFlowServable, path: Path, limit: int) -> int:
+def _replay(servable: TensorFlowServable, path: Path, limit: int, iterations: int) -> int:
     from tensorflow_serving.apis import prediction_log_pb2  # noqa: PLC0415
 
     replayed = 0
@@ -67,38 +69,46 @@ def _replay(servable: TensorFlowServable, path: Path, limit: int) -> int:
             log_entry.ParseFromString(record)
         except Exception as err:
             raise ValueError(f"Failed to parse warmup record {index} from {path}") from err
-        kind = log_entry.WhichOneof("log_type")
-        if kind in ("classify_log", "regress_log"):
-            _replay_examples(servable, index, path, log_entry, limit)
-            replayed += 1
-            continue
-        if kind == "multi_inference_log":
-            _replay_multi_inference(servable, index, path, log_entry, limit)
-            replayed += 1
-            continue
-        if kind in ("session_run_log", "predict_streamed_log"):  # as TF Serving
-            number = log_entry.DESCRIPTOR.fields_by_name[kind].number
-            raise ValueError(
-                f"warm-up record {index} of {path}: Unsupported log_type for warmup: {number}"
-            )
-        if kind != "predict_log":  # none set: nothing to run, as in TF Serving
-            continue
-        request = log_entry.predict_log.request
-        name = request.model_spec.signature_name or DEFAULT_SIGNATURE
-        if name not in servable.signatures or not servable.runs(name):
-            raise ValueError(
-                f"warm-up record {index} of {path}: serving signature name: "
-                f'"{name}" not found in signature def'
-            )
-        try:
-            inputs = tensor_proto.ProtoInputs(request.inputs, limit)
-            _, outputs = inference.predict(servable, name, inputs, request.output_filter)
-            for alias, tensor in outputs.items():  # as gRPC's answer would be written
-                tensor_proto.as_proto_field(alias, tensor)
-        except _REFUSED as err:
-            raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
-        replayed += 1
+        ran = 0
+        for _ in range(iterations):  # as TF Serving: a record's iterations back to back
+            ran = _replay_record(servable, index, path, log_entry, limit)
+        replayed += ran  # records, as TF Serving counts them
     return replayed
+
+
+def _replay_record(
+    servable: TensorFlowServable, index: int, path: Path, log_entry: Any, limit: int
+) -> int:
+    """Run one warm-up record once; 1 if it ran something, 0 for an empty record."""
+    kind = log_entry.WhichOneof("log_type")
+    if kind in ("classify_log", "regress_log"):
+        _replay_examples(servable, index, path, log_entry, limit)
+        return 1
+    if kind == "multi_inference_log":
+        _replay_multi_inference(servable, index, path, log_entry, limit)
+        return 1
+    if kind in ("session_run_log", "predict_streamed_log"):  # as TF Serving
+        number = log_entry.DESCRIPTOR.fields_by_name[kind].number
+        raise ValueError(
+            f"warm-up record {index} of {path}: Unsupported log_type for warmup: {number}"
+        )
+    if kind != "predict_log":  # none set: nothing to run, as in TF Serving
+        return 0
+    request = log_entry.predict_log.request
+    name = request.model_spec.signature_name or DEFAULT_SIGNATURE
+    if name not in servable.signatures or not servable.runs(name):
+        raise ValueError(
+            f"warm-up record {index} of {path}: serving signature name: "
+            f'"{name}" not found in signature def'
+        )
+    try:
+        inputs = tensor_proto.ProtoInputs(request.inputs, limit)
+        _, outputs = inference.predict(servable, name, inputs, request.output_filter)
+        for alias, tensor in outputs.items():  # as gRPC's answer would be written
+            tensor_proto.as_proto_field(alias, tensor)
+    except _REFUSED as err:
+        raise ValueError(f"warm-up record {index} of {path}: {err.message}") from None
+    return 1
 
 
 def _replay_examples(
