@@ -12,7 +12,9 @@ records (assets.extra/tf_serving_warmup_requests, TF Serving's PredictionLog
 TFRecord) that each predict x = [i]; with --bad-warmup they name an input
 the signature does not have, so replaying them fails the load; with
 --huge-warmup their x is a TensorProto of one value whose shape says 2**31
-floats (8 GiB once filled in).
+floats (8 GiB once filled in). With --counting the signature also returns
+"calls", how many times the model has been called in this process (this call
+included), so a test can count the warm-up's calls.
 
 With --kind classify_regress version V is a TF1-style export
 (SavedModelBuilder) whose signatures read tf.Example features "x" (float,
@@ -48,6 +50,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--bad-warmup", action="store_true")
     parser.add_argument("--huge-warmup", action="store_true")
+    parser.add_argument("--counting", action="store_true")
     parser.add_argument("--staged", action="store_true")
     parser.add_argument("--kind", choices=["plus", "classify_regress"], default="plus")
     args = parser.parse_args(argv)
@@ -60,9 +63,15 @@ def main(argv: list[str]) -> int:
     def plus(version: int) -> Any:
         module = tf.Module()
         module.offset = tf.Variable(float(version))
+        module.calls = tf.Variable(0.0)
+
+        def serve(x: Any) -> dict[str, Any]:
+            if not args.counting:
+                return {"y": x + module.offset}
+            return {"y": x + module.offset, "calls": module.calls.assign_add(1.0)}
+
         module.serve = tf.function(
-            lambda x: {"y": x + module.offset},
-            input_signature=[tf.TensorSpec([None], tf.float32, name="x")],
+            serve, input_signature=[tf.TensorSpec([None], tf.float32, name="x")]
         )
         return module
 

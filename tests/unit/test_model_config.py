@@ -305,3 +305,17 @@ def test_a_base_path_that_cannot_be_looked_at_is_a_config_error(
     assert str(caught.value) == (
         f"{path}:1 (model 'a'): base_path '{tmp_path}/a' cannot be read: Permission denied"
     )
+
+
+@pytest.mark.parametrize("url", ["gs://bucket/models/m", "s3://bucket/m", "hdfs://nn/m"])
+def test_object_store_urls_are_refused_at_start_naming_them(tmp_path: Path, url: str) -> None:
+    """Not read yet (issue 26): refused at once, naming the URL, instead of waiting for a
+    local directory called gs:/bucket/... that never appears."""
+    budget = PlannedCpus(1, "t")
+    with pytest.raises(UsageError, match=rf"--model_base_path: '{url}' is an object store URL"):
+        parse_config([f"--model_base_path={url}"], {}, budget=budget)
+    with pytest.raises(UsageError, match=r"MODEL_BASE_PATH.*is an object store URL"):
+        parse_config([], {"MODEL_BASE_PATH": url}, budget=budget)
+    path = write(tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{url}' }} }}")
+    with pytest.raises(ConfigError, match=rf"base_path: '{url}' is an object store URL.*gs://"):
+        parse_config([f"--model_config_file={path}"], {}, budget=budget)

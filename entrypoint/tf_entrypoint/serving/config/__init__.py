@@ -43,6 +43,7 @@ from tf_entrypoint.serving.config.help import ShowText, help_text, markdown_tabl
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
     read_model_config,
+    refuse_url,
     single_model,
 )
 from tf_entrypoint.serving.config.monitoring_config import MonitoringConfig, read_monitoring_config
@@ -325,8 +326,10 @@ def _models(values: _Values) -> tuple[ServingConfig, list[str]]:
                 "--model-base-path (the directory holding MODEL_NAME) are both given: give one"
             )
         if model_dir:
+            refuse_url("--model_base_path", model_dir)
             return single_model(name, Path(model_dir)), []
         base = values.get("model-base-path", TEXT, DEFAULT_MODEL_BASE_PATH)
+        refuse_url("--model-base-path (MODEL_BASE_PATH)", base)
         return single_model(name, Path(base) / name), []
     notes = [
         f"--{flag} is ignored: the model config file {config_file} lists the models"

@@ -43,6 +43,21 @@ def check_model_name(name: str) -> str | None:
     return None
 
 
+#: A URL's scheme (gs://, s3://, hdfs://, ...): TensorFlow's file systems read
+#: those, this server does not yet (docs/tf-serving.md, "Models from object storage").
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def refuse_url(where: str, path: str) -> None:
+    """ConfigError for a model path that is a URL (object storage), naming it."""
+    if _URL.match(path):
+        raise ConfigError(
+            f"{where}: {path!r} is an object store URL; this server reads models from local "
+            "directories only (gs:// and s3:// are not supported yet): mount the bucket or "
+            "copy the model into a volume (KServe's storage-initializer does)"
+        )
+
+
 def single_model(name: str, base_path: Path) -> ServingConfig:
     """The model given on the command line: BASE_PATH is its version directory's parent."""
     problem = check_model_name(name)
@@ -100,6 +115,7 @@ def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
         )
     if not proto.base_path:
         raise ConfigError(f"{where}: base_path is missing: expected the model's directory")
+    refuse_url(f"{where}: base_path", proto.base_path)
     base_path = Path(proto.base_path)
     if not base_path.is_absolute():
         base_path = base_dir / base_path
