@@ -176,8 +176,11 @@ FLAGS: tuple[Flag, ...] = (
          "CPU budget (TF Serving's 4 x CPUs would oversubscribe it)"),
     Flag("grpc_max_threads", "", kind="noted",
          why="predicts run on --workers threads, sized to the CPU budget"),
-    Flag("rest_api_enable_cors_support", "CORS headers", kind="limited", boolean=True,
-         accepts=("false",), why="CORS headers are not sent; add them in a proxy in front"),
+    Flag("rest_api_enable_cors_support", "CORS on the REST port, as TF Serving's: every "
+         "answer (errors too) carries Access-Control-Allow-Origin: *, -Allow-Methods: POST, GET "
+         "and -Allow-Headers: Content-Type; an OPTIONS request is a preflight, answered 200 with "
+         "no body (400 without an http(s) Origin); here on every path, not only under /v1/",
+         boolean=True, default="false"),
     Flag("enable_grpc_healthcheck_service", "the standard gRPC health service", kind="limited",
          boolean=True, accepts=("true",), why="it is always served"),
     Flag("grpc_channel_arguments", "gRPC server arguments, TF Serving's comma-separated "

@@ -122,6 +122,8 @@ class ServeConfig:
     enable_profiler: bool = True
     #: TF Serving's --enable_signature_method_name_check (Classify/Regress).
     enable_signature_method_name_check: bool = False
+    #: TF Serving's --rest_api_enable_cors_support: CORS headers and preflights (rest/cors.py).
+    enable_cors_support: bool = False
     #: SERVE_SAVED_MODEL_LOADER / --saved-model-loader: "session" (TF Serving's) or "tf2".
     saved_model_loader: str = SAVED_MODEL_LOADERS[0]
     #: What that file asks for (no Prometheus page without one).
@@ -440,5 +442,6 @@ def parse_config(
         enable_signature_method_name_check=values.get(
             "enable_signature_method_name_check", BOOLEAN, False
         ),
+        enable_cors_support=values.get("rest_api_enable_cors_support", BOOLEAN, False),
         notes=(*notes, *model_notes),
     )

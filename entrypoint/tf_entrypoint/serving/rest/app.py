@@ -14,6 +14,7 @@ from starlette.routing import Route
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.asgi import RestApp
+from tf_entrypoint.serving.rest.cors import CorsRestApp
 from tf_entrypoint.serving.rest.cutoff import CutOffMiddleware
 from tf_entrypoint.serving.rest.handlers import Endpoints
 from tf_entrypoint.serving.rest.v2 import V2Endpoints
@@ -60,4 +61,7 @@ def create_app(core: ServingCore, config: ServeConfig, *, owns_core: bool = True
         middleware=[Middleware(CutOffMiddleware, cutoff=core.cutoff)],
     )
     app.state.serving = core
-    return RestApp(core, endpoints, app, V2Endpoints(core, config))
+    # --rest_api_enable_cors_support is decided here, once: with it off no
+    # request pays for it (rest/cors.py).
+    kind = CorsRestApp if config.enable_cors_support else RestApp
+    return kind(core, endpoints, app, V2Endpoints(core, config))
