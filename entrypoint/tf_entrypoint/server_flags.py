@@ -178,7 +178,8 @@ FLAGS: tuple[Flag, ...] = (
          why="predicts run on --workers threads, sized to the CPU budget"),
     Flag("rest_api_enable_cors_support", "CORS on the REST port, as TF Serving's: every "
          "answer (errors too) carries Access-Control-Allow-Origin: *, -Allow-Methods: POST, GET "
-         "and -Allow-Headers: Content-Type; an OPTIONS request is a preflight, answered 200 with "
+         "and -Allow-Headers: Content-Type (here also Content-Encoding and "
+         "Inference-Header-Content-Length); an OPTIONS request is a preflight, answered 200 with "
          "no body (400 without an http(s) Origin); here on every path, not only under /v1/",
          boolean=True, default="false"),
     Flag("enable_grpc_healthcheck_service", "the standard gRPC health service", kind="limited",

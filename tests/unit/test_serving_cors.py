@@ -17,7 +17,9 @@ from tf_entrypoint.serving.rest.cors import CorsRestApp
 CORS = {
     "access-control-allow-origin": "*",
     "access-control-allow-methods": "POST, GET",
-    "access-control-allow-headers": "Content-Type",
+    "access-control-allow-headers": (
+        "Content-Type, Content-Encoding, Inference-Header-Content-Length"
+    ),
 }
 ORIGIN = {"Origin": "https://app.example.com"}
 PREFLIGHT = {**ORIGIN, "Access-Control-Request-Method": "POST"}

@@ -3,7 +3,10 @@
 As TF Serving's http_server.cc and http_rest_api_util.cc define it: every
 answer (errors too) carries ``Access-Control-Allow-Origin: *``,
 ``Access-Control-Allow-Methods: POST, GET`` and
-``Access-Control-Allow-Headers: Content-Type``; an OPTIONS request is a
+``Access-Control-Allow-Headers: Content-Type`` (here also the headers a
+browser needs for what this server adds: ``Content-Encoding`` for a gzip
+body, ``Inference-Header-Content-Length`` for the Open Inference Protocol's
+binary data); an OPTIONS request is a
 preflight, answered without reaching a handler: 200 with no body when its
 ``Origin`` names an http(s) origin, else 400. TF Serving does this under
 /v1/ only (its other paths are not its REST API); here every path gets it
@@ -25,11 +28,13 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.rest.asgi import RestApp, Send
 from tf_entrypoint.serving.rest.body import Receive, Scope
 
-#: The headers TF Serving adds (AddCORSHeaders), in its order.
+#: The headers TF Serving adds (AddCORSHeaders), in its order; Allow-Headers names
+#: the two request headers this server reads beyond TF Serving's.
+ALLOWED_REQUEST_HEADERS = b"Content-Type, Content-Encoding, Inference-Header-Content-Length"
 HEADERS = (
     (b"access-control-allow-origin", b"*"),
     (b"access-control-allow-methods", b"POST, GET"),
-    (b"access-control-allow-headers", b"Content-Type"),
+    (b"access-control-allow-headers", ALLOWED_REQUEST_HEADERS),
 )
 #: TF Serving's test of a preflight's Origin: it names an http or https origin.
 _ORIGIN = re.compile(rb"https?://")
