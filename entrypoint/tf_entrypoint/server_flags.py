@@ -191,8 +191,10 @@ FLAGS: tuple[Flag, ...] = (
          default="none"),
     Flag("use_alts_credentials", "", kind="limited", boolean=True, accepts=("false",),
          why="ALTS is not implemented"),
-    Flag("ssl_config_file", "", kind="limited", accepts=("",),
-         why="TLS is not served; terminate it in front (ingress, service mesh)"),
+    Flag("ssl_config_file", "TLS on gRPC (port and --grpc_socket_path, as TF Serving): a "
+         "text SSLConfig whose server_key, server_cert and custom_ca hold the PEM text; "
+         "client_verify: true requires client certificates signed by custom_ca; REST stays "
+         "plain HTTP, as in TF Serving", default="none"),
     Flag("enable_serialization_as_tensor_content", "", kind="limited", boolean=True,
          accepts=("false",), why="responses use the typed value fields"),
     # --- TensorFlow

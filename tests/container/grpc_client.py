@@ -37,6 +37,10 @@ what the operation adds}. Operations ({"op": ...}):
   over examples [{feature: [floats]}].
 - via: address, ops: the ops in order on a channel to that address (such as
   unix:/PATH, TF Serving's --grpc_socket_path).
+- tls: ca, cert, key (paths of PEM files; cert and key optional), address
+  and server_name (the certificate's name to expect; both optional), ops:
+  the ops on a TLS channel (grpc.ssl_channel_credentials) trusting that CA,
+  showing that client certificate.
 - channel_idle: seconds; a Health check, then the channel's connectivity
   states until it goes IDLE (the server closed the connection: GOAWAY, as
   grpc.max_connection_age_ms makes it) or the seconds pass.
@@ -156,10 +160,18 @@ def typed_fields(array: Any, dtype: str) -> Any:
 
 
 class Stubs:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, credentials: Any = None, server_name: str = "") -> None:
         self.address = address
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self.channel = grpc.insecure_channel(address, options=options)
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+        ]
+        if server_name:  # the name the server's certificate must have (a unix: address has none)
+            options.append(("grpc.ssl_target_name_override", server_name))
+        if credentials is None:
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:
+            self.channel = grpc.secure_channel(address, credentials, options=options)
         self.predictions = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
         self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
         self.health: Any = health_pb2_grpc.HealthStub(self.channel)
@@ -458,6 +470,15 @@ def op_multi_inference_tasks(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]
     return result(*call(stubs.predictions.MultiInference, request, op.get("timeout", 60)))
 
 
+def op_tls(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    def read(key: str) -> bytes | None:
+        return Path(op[key]).read_bytes() if op.get(key) else None
+
+    credentials = grpc.ssl_channel_credentials(read("ca"), read("key"), read("cert"))
+    other = Stubs(op.get("address", stubs.address), credentials, op.get("server_name", ""))
+    return {"code": "OK", "results": [OPERATIONS[o["op"]](other, o) for o in op["ops"]]}
+
+
 def op_via(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     other = Stubs(op["address"])
     return {"code": "OK", "results": [OPERATIONS[o["op"]](other, o) for o in op["ops"]]}
@@ -632,6 +653,7 @@ OPERATIONS = {
     "predict_typed": op_predict_typed,
     "multi_inference_tasks": op_multi_inference_tasks,
     "via": op_via,
+    "tls": op_tls,
     "channel_idle": op_channel_idle,
     "profile": op_profile,
     "raw": op_raw,

@@ -53,6 +53,7 @@ from tf_entrypoint.serving.config.sizing import (
     default_max_queue,
     size_workers,
 )
+from tf_entrypoint.serving.config.ssl_config import SslConfig, read_ssl_config
 from tf_entrypoint.serving.core.batching import BatchingParameters
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.submission import LoadRetries
@@ -135,6 +136,9 @@ class ServeConfig:
     #: TF Serving's --enable_batching: its parameters (from
     #: --batching_parameters_file, else the defaults); None when off.
     batching: BatchingParameters | None = None
+    #: TF Serving's --ssl_config_file, read and checked: TLS on the gRPC
+    #: listeners (port and socket, as TF Serving); None: plaintext.
+    ssl: SslConfig | None = None
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -401,6 +405,13 @@ def parse_config(
             f"the batching parameters file {batching_file} is ignored: batching is off "
             "(--enable_batching, SERVE_ENABLE_BATCHING)"
         )
+    ssl_file = values.get("ssl_config_file", PATH, None)
+    tls = None if ssl_file is None else read_ssl_config(Path(ssl_file))
+    if tls is not None and grpc_port == 0 and socket_path is None:
+        notes.append(
+            f"the SSL config file {ssl_file} is not used: gRPC is off (--port 0) and TLS "
+            "applies to gRPC only, as in TF Serving"
+        )
     if prometheus.prometheus_path is not None and rest_port == 0:
         notes.append(
             f"the monitoring config file {monitoring_file} enables the Prometheus page "
@@ -430,6 +441,7 @@ def parse_config(
         monitoring_config_file=monitoring_file,
         monitoring=prometheus,
         batching=batching,
+        ssl=tls,
         grpc_socket_path=socket_path,
         grpc_channel_arguments=channel_arguments,
         enable_model_warmup=values.get("enable_model_warmup", BOOLEAN, True),

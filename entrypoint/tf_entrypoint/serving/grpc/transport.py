@@ -17,6 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2_grpc
 from tensorflow_serving.apis import (
@@ -97,9 +98,11 @@ class GrpcServer:
         self._bound.wait()
         if self._failure is not None:
             raise self._failure
+        tls = self.config.ssl
         log.info("gRPC (TF Serving's PredictionService, ModelService; the Open Inference "
-                 "Protocol's GRPCInferenceService; health) on %s",
-                 ", ".join(self.addresses()))  # fmt: skip
+                 "Protocol's GRPCInferenceService; health) on %s%s",
+                 ", ".join(self.addresses()),
+                 "" if tls is None else f" with {tls.describe()}")  # fmt: skip
 
     def drain(self) -> None:
         """Start the drain (idempotent; a no-op once the server has stopped)."""
@@ -152,9 +155,13 @@ class GrpcServer:
         add_inference_service(InferenceService(handlers), services)
         self.health = Health()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
+        credentials = self._credentials()
         for address in self.addresses():
             try:
-                bound = server.add_insecure_port(address)
+                if credentials is None:
+                    bound = server.add_insecure_port(address)
+                else:  # TF Serving's credentials go on the port and the socket alike
+                    bound = server.add_secure_port(address, credentials)
             except RuntimeError as err:
                 raise OSError(f"cannot listen for gRPC on {address}: {err}") from None
             if not bound and not address.startswith("unix:"):
@@ -173,6 +180,18 @@ class GrpcServer:
         # would cancel them (CANCELLED) at the end of this longer wait.
         await server.stop(config.grace_period + EXIT_MARGIN + 1)
         await profiling.close()
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        """TLS from --ssl_config_file (as TF Serving's BuildServerCredentials: client
+        certificates required and verified with client_verify, else not asked for)."""
+        tls = self.config.ssl
+        if tls is None:
+            return None
+        return grpc.ssl_server_credentials(
+            [(tls.server_key, tls.server_cert)],
+            root_certificates=tls.custom_ca,
+            require_client_auth=tls.client_verify,
+        )
 
     def _profiler(self, handlers: Calls) -> profiler.ProfilerHandler:
         """tensorflow.ProfilerService on this server (TF Serving's --enable_profiler)."""
