@@ -63,9 +63,11 @@ def test_an_unreadable_version_is_reported_and_loaded_once_readable(
 ) -> None:
     models = models_dir(tmp_path, library, plus=[1])
     shutil.copytree(library / "plus" / "2", models / "plus" / ".staged-2")
+    # One attempt per change (no timed retries): the report is what this test reads.
     with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5"
-    ) as server:
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+        "--max_num_load_retries=0",
+    ) as server:  # fmt: skip
         # Version 2 arrives owned by root with mode 0700 (renamed into place).
         as_root(
             containers,

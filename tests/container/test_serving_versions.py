@@ -218,9 +218,11 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
     containers: Containers, library: Path, tmp_path: Path
 ) -> None:
     models = models_dir(tmp_path, library, plus=[1])
+    # One attempt per change (no timed retries): the failed state is what this test reads.
     with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5"
-    ) as server:
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5",
+        "--max_num_load_retries", "0",
+    ) as server:  # fmt: skip
         broken = models / "plus" / ".staged-2"
         shutil.copytree(library / "plus" / "2", broken)
         (broken / "saved_model.pb").write_bytes(b"\x08\x01 truncated")
@@ -244,13 +246,41 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         assert server.predict("/v1/models/plus:predict") == 2.0
 
 
+def test_a_broken_version_is_retried_on_a_timer_then_fails(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    """--max_num_load_retries and --load_retry_interval_micros, as TF Serving: the load is
+    tried again N times, the interval apart, the version LOADING with its error meanwhile
+    and version 1 serving; then END, each attempt counted."""
+    models = models_dir(tmp_path, library, plus=[1])
+    with serving(
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+        "--max_num_load_retries=2", "--load_retry_interval_micros=1000000",
+    ) as server:  # fmt: skip
+        broken = models / "plus" / ".staged-2"
+        shutil.copytree(library / "plus" / "2", broken)
+        (broken / "saved_model.pb").write_bytes(b"\x08\x01 truncated")
+        broken.rename(models / "plus" / "2")
+        assert poll(lambda: "retry 1 of 2" in server.logs(), 60), server.logs()
+        status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
+        if "retry 2 of 2" not in server.logs():  # still between two attempts
+            assert status["state"] == "LOADING", status
+            assert status["status"]["error_code"] == "UNKNOWN", status
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
+        assert "retry 2 of 2" in server.logs()
+        assert server.metric("serving_model_loads_total", model="plus", result="failure") == 3
+        assert server.predict("/v1/models/plus:predict") == 1.0
+
+
 def test_a_failing_warm_up_record_fails_the_load_and_the_old_version_serves(
     containers: Containers, library: Path, tmp_path: Path
 ) -> None:
     models = models_dir(tmp_path, library, plus=[1])
     with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5"
-    ) as server:
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+        "--max_num_load_retries=0",
+    ) as server:  # fmt: skip
         swap_in(models / "plus", library / "badwarm" / "1", 2)
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
@@ -401,12 +431,12 @@ def test_models_are_added_and_removed_by_editing_the_config_file(
             78,
             "/config/models.config:1 (model 'a'): base_path '/models/none' is not a directory",
         ),
-        (
+        (  # none of the listed versions (TF Serving starts once any of them serves)
             "model_config_list {\n config { name: 'a' base_path: '/models/plus'\n"
-            "   model_version_policy { specific { versions: 1 versions: 9 } } }\n}\n",
+            "   model_version_policy { specific { versions: 8 versions: 9 } } }\n}\n",
             1,
             "/config/models.config:2 (model 'a'): model_version_policy.specific.versions: "
-            "version(s) 9 did not appear in /models/plus within 3 s (on disk: 1)",
+            "version(s) 8, 9 did not appear in /models/plus within 3 s (on disk: 1)",
         ),
     ],
 )
