@@ -65,6 +65,48 @@ def listed(datatype: str, values: Any) -> dict[str, Any]:
     return {"datatype": datatype, "shape": list(values.shape), "data": data}
 
 
+def triton_call(
+    client: Any, op: dict[str, Any], infer: Callable[[Any, dict[str, Any]], Any], **metadata: Any
+) -> Any:
+    """One operation through a tritonclient client (HTTP or gRPC: the same calls);
+    `metadata`: the metadata calls' extra arguments (gRPC's as_json)."""
+    kind = op["op"]
+    version = op.get("version", "")
+    if kind == "live":
+        return client.is_server_live()
+    if kind == "ready":
+        return client.is_server_ready()
+    if kind == "model_ready":
+        return client.is_model_ready(op["model"], model_version=version)
+    if kind == "server_metadata":
+        return client.get_server_metadata(**metadata)
+    if kind == "model_metadata":
+        return client.get_model_metadata(op["model"], model_version=version, **metadata)
+    if kind == "infer":
+        return infer(client, op)
+    raise SystemExit(f"unknown op {kind!r}")
+
+
+def triton_results(
+    client: Any, ops: list[dict[str, Any]], call: Callable[[Any, dict[str, Any]], Any],
+    error: type[Exception],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Each operation's result; the client's `error` (InferenceServerException) as its
+    status and message; the client closed after."""
+    results: list[dict[str, Any]] = []
+    try:
+        for op in ops:
+            try:
+                results.append({"value": call(client, op)})
+            except error as err:
+                status = err.status()  # type: ignore[attr-defined]
+                message = err.message()  # type: ignore[attr-defined]
+                results.append({"error": {"status": str(status), "message": message}})
+    finally:
+        client.close()
+    return results
+
+
 def main(description: str, run: Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]]) -> int:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("address", help="host:port of the server")

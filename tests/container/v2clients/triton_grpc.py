@@ -12,7 +12,13 @@ import sys
 from typing import Any
 
 import tritonclient.grpc as triton
-from _common import array, listed, main  # type: ignore[import-not-found]
+from _common import (  # type: ignore[import-not-found]
+    array,
+    listed,
+    main,
+    triton_call,
+    triton_results,
+)
 from tritonclient.utils import InferenceServerException
 
 
@@ -48,35 +54,12 @@ def infer(client: Any, op: dict[str, Any]) -> dict[str, Any]:
 
 
 def call(client: Any, op: dict[str, Any]) -> Any:
-    kind = op["op"]
-    version = op.get("version", "")
-    if kind == "live":
-        return client.is_server_live()
-    if kind == "ready":
-        return client.is_server_ready()
-    if kind == "model_ready":
-        return client.is_model_ready(op["model"], model_version=version)
-    if kind == "server_metadata":
-        return client.get_server_metadata(as_json=True)
-    if kind == "model_metadata":
-        return client.get_model_metadata(op["model"], model_version=version, as_json=True)
-    if kind == "infer":
-        return infer(client, op)
-    raise SystemExit(f"unknown op {kind!r}")
+    return triton_call(client, op, infer, as_json=True)
 
 
 def run(address: str, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     client = triton.InferenceServerClient(url=address)
-    results: list[dict[str, Any]] = []
-    try:
-        for op in ops:
-            try:
-                results.append({"value": call(client, op)})
-            except InferenceServerException as err:
-                status = err.status()
-                results.append({"error": {"status": str(status), "message": err.message()}})
-    finally:
-        client.close()
+    results: list[dict[str, Any]] = triton_results(client, ops, call, InferenceServerException)
     return results
 
 
