@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -20,7 +21,7 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.core.servable import Loader
+from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.main import build_core
 from tf_entrypoint.serving.rest.app import create_app
 from tf_entrypoint.serving.rest.asgi import RestApp
@@ -116,6 +117,16 @@ def wait_ready(client: TestClient, timeout: float = 10) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(client.get("/readyz").json())
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, servable: Servable, *flags: str) -> Iterator[TestClient]:
+    """A client of the app serving `servable` as version 1 of `model`, ready."""
+    export(tmp_path)
+    app = make_app(config(tmp_path, *flags), loader=lambda directory, version: servable)
+    with TestClient(app) as test_client:
+        wait_ready(test_client)
+        yield test_client
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.unit.fake_servable import FakeServable
-from tests.unit.test_serving_app import config, export, make_app, wait_ready
+from tests.unit.test_serving_app import config, export, make_app, serving, wait_ready
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.core import types as p
 
@@ -69,10 +69,7 @@ class Mixed(FakeServable):
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    export(tmp_path)
-    app = make_app(config(tmp_path), loader=lambda directory, version: Mixed())
-    with TestClient(app) as test_client:
-        wait_ready(test_client)
+    with serving(tmp_path, Mixed()) as test_client:
         yield test_client
 
 
@@ -287,10 +284,7 @@ def test_binary_header_lengths_that_do_not_fit_the_body(client: TestClient) -> N
 
 
 def test_a_body_over_the_limit_is_413(tmp_path: Path) -> None:
-    export(tmp_path)
-    app = make_app(config(tmp_path, "--max-body-bytes", "100"), loader=lambda d, v: Mixed())
-    with TestClient(app) as client:
-        wait_ready(client)
+    with serving(tmp_path, Mixed(), "--max-body-bytes", "100") as client:
         big = {"inputs": [{**X, "shape": [100, 2], "data": [1.0] * 200}]}
         response = client.post("/v2/models/model/infer", json=big)
         assert response.status_code == 413
@@ -369,10 +363,7 @@ class NoDefault(Mixed):
 
 
 def test_without_serving_default_the_first_runnable_signature_answers(tmp_path: Path) -> None:
-    export(tmp_path)
-    app = make_app(config(tmp_path), loader=lambda directory, version: NoDefault())
-    with TestClient(app) as client:
-        wait_ready(client)
+    with serving(tmp_path, NoDefault()) as client:
         metadata = client.get("/v2/models/model").json()
         assert [i["name"] for i in metadata["inputs"]] == ["x"]  # "sums" before "words"
         answer = infer(client, {"inputs": [X], "outputs": [{"name": "sum"}]})

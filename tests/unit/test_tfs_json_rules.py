@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 
 from tests.unit import example_protos
 from tests.unit.fake_servable import FakeServable
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tests.unit.test_serving_app import HalfPlusTwo, serving
 from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
@@ -353,10 +353,7 @@ def test_other_encodings_are_415(encoding: str) -> None:
 
 @pytest.fixture
 def small_client(tmp_path: Path) -> Iterator[TestClient]:
-    export(tmp_path)
-    app = make_app(config(tmp_path, "--max-body-bytes", "1000"), loader=lambda d, v: HalfPlusTwo())
-    with TestClient(app) as client:
-        wait_ready(client)
+    with serving(tmp_path, HalfPlusTwo(), "--max-body-bytes", "1000") as client:
         yield client
 
 
@@ -458,10 +455,7 @@ class ApiRestModels(FakeServable):
 
 @pytest.fixture
 def docs_client(tmp_path: Path) -> Iterator[TestClient]:
-    export(tmp_path)
-    app = make_app(config(tmp_path), loader=lambda d, v: ApiRestModels())
-    with TestClient(app) as client:
-        wait_ready(client)
+    with serving(tmp_path, ApiRestModels()) as client:
         yield client
 
 
