@@ -73,6 +73,9 @@ ENV_BATCHING_PARAMETERS_FILE = "SERVE_BATCHING_PARAMETERS_FILE"
 #: (tf.saved_model.load for every export, as this server did before; for
 #: benchmarks and diagnosis). See docs/tf-serving.md.
 ENV_SAVED_MODEL_LOADER = "SERVE_SAVED_MODEL_LOADER"
+#: Where versions read from object storage are copied to load them, and its size limit.
+ENV_MODEL_CACHE_DIR = "SERVE_MODEL_CACHE_DIR"
+ENV_MODEL_CACHE_BYTES = "SERVE_MODEL_CACHE_BYTES"
 SAVED_MODEL_LOADERS = ("session", "tf2")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -293,6 +296,12 @@ FLAGS: tuple[Flag, ...] = (
          "benchmarks and to tell a loader problem from a model problem; TF1 exports do not "
          "load with it)", env=ENV_SAVED_MODEL_LOADER, default=SAVED_MODEL_LOADERS[0],
          tf_serving=False),
+    Flag("model-cache-dir", "where versions read from object storage (s3://, gs://) are "
+         "copied to be loaded; each copy is deleted when its version is unloaded",
+         env=ENV_MODEL_CACHE_DIR, default="$TMPDIR/tf-entrypoint-models", tf_serving=False),
+    Flag("model-cache-bytes", "most bytes of copies held at once (a version that would not "
+         "fit fails its load with RESOURCE_EXHAUSTED); 0: what the file system has free",
+         env=ENV_MODEL_CACHE_BYTES, default="0", tf_serving=False),
     Flag("version", "print the version and exit", boolean=True, default="false"),
 )  # fmt: skip
 

@@ -53,6 +53,7 @@ from tf_entrypoint.serving.core.limits import RequestLimits, limit_malloc_arenas
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_specs import describe_policy
+from tf_entrypoint.serving.core.object_store import ModelCache, ObjectStores
 from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 
@@ -174,7 +175,10 @@ def build_core(
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
         metrics.add_model(name)
-    manager = Manager(loader, metrics, metadata.rest_answer, retries=config.load_retries)
+    stores = ObjectStores(ModelCache(config.model_cache_dir, config.model_cache_bytes))
+    manager = Manager(
+        loader, metrics, metadata.rest_answer, retries=config.load_retries, stores=stores
+    )
     manager.apply(config.models, initial=True)
     path = config.models.path
 

@@ -43,8 +43,8 @@ from tf_entrypoint.serving.config.help import ShowText, help_text, markdown_tabl
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
     read_model_config,
-    refuse_url,
     single_model,
+    store_url,
 )
 from tf_entrypoint.serving.config.monitoring_config import MonitoringConfig, read_monitoring_config
 from tf_entrypoint.serving.config.sizing import (
@@ -54,6 +54,7 @@ from tf_entrypoint.serving.config.sizing import (
     size_workers,
 )
 from tf_entrypoint.serving.config.ssl_config import SslConfig, read_ssl_config
+from tf_entrypoint.serving.core import object_store
 from tf_entrypoint.serving.core.batching import BatchingParameters
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.submission import LoadRetries
@@ -139,6 +140,10 @@ class ServeConfig:
     #: TF Serving's --ssl_config_file, read and checked: TLS on the gRPC
     #: listeners (port and socket, as TF Serving); None: plaintext.
     ssl: SslConfig | None = None
+    #: Where versions from object storage are copied (--model-cache-dir), and its
+    #: limit in bytes (--model-cache-bytes; 0: the file system's free space).
+    model_cache_dir: Path = object_store.DEFAULT_CACHE_DIR
+    model_cache_bytes: int = 0
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -310,6 +315,7 @@ PORT = Converter(_port, "a port (0-65535)")
 #: TF Serving's int32 and int64 flags.
 INT32 = Converter(_int_within(-(2**31), 32), "a whole number (int32)")
 INT64 = Converter(_int_within(-(2**63), 64), "a whole number of microseconds (int64)")
+BYTES = Converter(_int_from(0), "a whole number of bytes (0: no limit)")
 RETRIES = Converter(_int_within(0, 32), "a whole number from 0 (int32)")
 SECONDS = Converter(_seconds, "a number of seconds (0 or more)")
 MAYBE_SECONDS: Converter[float | None] = Converter(_seconds, SECONDS.expected)
@@ -332,11 +338,11 @@ def _models(values: _Values) -> tuple[ServingConfig, list[str]]:
                 "--model-base-path (the directory holding MODEL_NAME) are both given: give one"
             )
         if model_dir:
-            refuse_url("--model_base_path", model_dir)
-            return single_model(name, Path(model_dir)), []
+            url = store_url("--model_base_path", model_dir)
+            return single_model(name, url or Path(model_dir)), []
         base = values.get("model-base-path", TEXT, DEFAULT_MODEL_BASE_PATH)
-        refuse_url("--model-base-path (MODEL_BASE_PATH)", base)
-        return single_model(name, Path(base) / name), []
+        url = store_url("--model-base-path (MODEL_BASE_PATH)", base)
+        return single_model(name, url / name if url else Path(base) / name), []
     notes = [
         f"--{flag} is ignored: the model config file {config_file} lists the models"
         for flag in ("model_name", "model_base_path", "model-base-path")
@@ -455,5 +461,9 @@ def parse_config(
             "enable_signature_method_name_check", BOOLEAN, False
         ),
         enable_cors_support=values.get("rest_api_enable_cors_support", BOOLEAN, False),
+        model_cache_dir=Path(
+            values.get("model-cache-dir", PATH, None) or object_store.DEFAULT_CACHE_DIR
+        ),
+        model_cache_bytes=values.get("model-cache-bytes", BYTES, 0),
         notes=(*notes, *model_notes),
     )

@@ -18,13 +18,16 @@ from typing import Any
 
 from tf_entrypoint.serving.config import textproto
 from tf_entrypoint.serving.config.textproto import ConfigError as ConfigError  # noqa: PLC0414 - re-exported
+from tf_entrypoint.serving.core import object_store
 from tf_entrypoint.serving.core.model_specs import (
     All,
     Latest,
+    ModelPath,
     ModelSpec,
     Policy,
     ServingConfig,
     Specific,
+    StoreURL,
 )
 
 
@@ -43,22 +46,22 @@ def check_model_name(name: str) -> str | None:
     return None
 
 
-#: A URL's scheme (gs://, s3://, hdfs://, ...): TensorFlow's file systems read
-#: those, this server does not yet (docs/tf-serving.md, "Models from object storage").
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+def store_url(where: str, path: str) -> StoreURL | None:
+    """The object store location `path` names (s3://, gs://), None for a local path;
+    ConfigError naming `where` for a URL this server cannot read, or whose client
+    is not installed."""
+    try:
+        url = object_store.parse_url(path)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    if url is not None:
+        problem = object_store.check_client(url.scheme)
+        if problem:
+            raise ConfigError(f"{where}: {path!r}: {problem}")
+    return url
 
 
-def refuse_url(where: str, path: str) -> None:
-    """ConfigError for a model path that is a URL (object storage), naming it."""
-    if _URL.match(path):
-        raise ConfigError(
-            f"{where}: {path!r} is an object store URL; this server reads models from local "
-            "directories only (gs:// and s3:// are not supported yet): mount the bucket or "
-            "copy the model into a volume (KServe's storage-initializer does)"
-        )
-
-
-def single_model(name: str, base_path: Path) -> ServingConfig:
+def single_model(name: str, base_path: ModelPath) -> ServingConfig:
     """The model given on the command line: BASE_PATH is its version directory's parent."""
     problem = check_model_name(name)
     if problem:
@@ -115,7 +118,9 @@ def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
         )
     if not proto.base_path:
         raise ConfigError(f"{where}: base_path is missing: expected the model's directory")
-    refuse_url(f"{where}: base_path", proto.base_path)
+    url = store_url(f"{where}: base_path", proto.base_path)
+    if url is not None:
+        return _spec(proto, where, url)
     base_path = Path(proto.base_path)
     if not base_path.is_absolute():
         base_path = base_dir / base_path
@@ -132,6 +137,10 @@ def _model(proto: Any, where: str, base_dir: Path) -> ModelSpec:
             f"{where}: base_path {shown} is not a directory: expected the directory holding "
             "the model's numbered version directories"
         )
+    return _spec(proto, where, base_path)
+
+
+def _spec(proto: Any, where: str, base_path: ModelPath) -> ModelSpec:
     labels: dict[str, int] = {}
     for label, version in sorted(proto.version_labels.items()):
         problem = check_model_name(label)

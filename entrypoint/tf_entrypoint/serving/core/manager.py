@@ -12,21 +12,26 @@ changed config file are applied on the same thread.
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core.errors import Code, ConfigError
 from tf_entrypoint.serving.core.model_specs import (
+    ModelPath,
     ServingConfig,
     Specific,
+    StoreURL,
     aspired_versions,
     describe_policy,
 )
 from tf_entrypoint.serving.core.models import Events, Model, Models, Version
+from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.core.submission import NO_RETRIES, LoadRetries, Submission
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
@@ -53,9 +58,12 @@ class Manager(Models):
         describe: Describe,
         *,
         retries: LoadRetries = NO_RETRIES,
+        stores: ObjectStores | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(events)
+        #: Models in object storage (s3://, gs://): listing, completeness, local copies.
+        self._stores = stores
         self._loader = loader
         self._describe = describe
         self._retries = retries
@@ -120,6 +128,8 @@ class Manager(Models):
         is retried on the next poll: the control thread never dies from I/O.
         """
         errors: list[str] = []
+        if self._stores is not None:
+            self._stores.keep_only(self._local_copies())
         for model in list(self._models.values()):
             if stop():
                 break
@@ -138,6 +148,36 @@ class Manager(Models):
             gc.collect()  # a retired TensorFlow model's memory goes back now
         return errors
 
+    def close(self) -> None:
+        """Delete the local copies of versions from object storage (at exit)."""
+        if self._stores is not None:
+            self._stores.close()
+
+    def _local_copies(self) -> list[Path]:
+        """The local copies of store versions still loading or loaded (the rest are deleted)."""
+        with self._lock:
+            return [
+                v.local
+                for m in self._models.values()
+                for v in m.versions.values()
+                if v.local is not None and v.state != END
+            ]
+
+    def _stores_for(self, path: StoreURL) -> ObjectStores:
+        if self._stores is None:  # the composition root always gives them
+            raise OSError(errno.EPROTONOSUPPORT, "no object store client configured", str(path))
+        return self._stores
+
+    def _scan(self, base: ModelPath) -> repository.Listing | None:
+        if isinstance(base, StoreURL):
+            return self._stores_for(base).scan(base)
+        return repository.scan(base)
+
+    def _identity(self, path: ModelPath) -> repository.Identity | None:
+        if isinstance(path, StoreURL):
+            return self._stores_for(path).identity(path)
+        return repository.identity(path)
+
     def _sync_model(
         self, model: Model, stop: Callable[[], bool], retries_only: bool = False
     ) -> list[str]:
@@ -145,9 +185,10 @@ class Manager(Models):
         # Every look at the file system happens here, outside the lock: on
         # NFS or FUSE a listing or a stat can take seconds, and requests
         # (lease, check, status, readiness) must not wait for it.
-        listing = repository.scan(spec.base_path)
+        listing = self._scan(spec.base_path)
         if listing is None:
-            if not model.warned_unlistable:
+            # (a store's listing logs its own error, with the store's reason)
+            if not model.warned_unlistable and not isinstance(spec.base_path, StoreURL):
                 log.warning(
                     "cannot list %s (model %r): keeping what is loaded, retrying",
                     spec.base_path,
@@ -194,7 +235,7 @@ class Manager(Models):
                 if not retries_only or (v is not None and v.retry_at is not None)
             ]
         # Their identities, taken before they load (a change during a load is a change).
-        looked = {number: repository.identity(found[number].path) for number in candidates}
+        looked = {number: self._identity(found[number].path) for number in candidates}
         todo: list[tuple[Version, OSError | None]] = []
         with self._lock:
             for number in sorted(aspired, reverse=True):  # the newest is available first
@@ -315,7 +356,21 @@ class Manager(Models):
         log.info("loading model %r version %d from %s", name, version.number, version.path)
         started = time.monotonic()
         try:
-            servable = self._loader(version.path, version.number)
+            path = version.path
+            if isinstance(path, StoreURL):
+                local = self._stores_for(path).fetch(path)
+                with self._lock:
+                    version.local = local
+                log.info(
+                    "model %r version %d: copied %s to %s in %.2f s",
+                    name,
+                    version.number,
+                    path,
+                    local,
+                    time.monotonic() - started,
+                )
+                path = local
+            servable = self._loader(path, version.number)
             metadata = self._describe(name, version.number, servable)
         except Exception as err:
             seconds = time.monotonic() - started
@@ -395,12 +450,17 @@ class Manager(Models):
                 retrying = True
                 continue
             spec = model.spec
-            listing = repository.scan(spec.base_path)
+            if isinstance(spec.base_path, StoreURL):
+                listing = self._stores_for(spec.base_path).scan(spec.base_path)
+                why = self._stores_for(spec.base_path).problem(spec.base_path)
+            else:
+                listing, why = repository.scan(spec.base_path), ""
             found = {} if listing is None else listing.versions
             if not found:
                 problems.append(
                     f"no version of model {spec.name!r} appeared in {spec.base_path} within "
-                    f"{waited:g} s (expected {spec.base_path}/<version>/saved_model.pb)"
+                    f"{waited:g} s (expected {spec.base_path}/<version>/saved_model.pb"
+                    + (f"; {why})" if why else ")")
                 )
             elif isinstance(spec.policy, Specific):
                 absent = [v for v in spec.policy.versions if v not in found]

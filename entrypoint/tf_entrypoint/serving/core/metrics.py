@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -17,6 +16,7 @@ from prometheus_client import (
 )
 
 from tf_entrypoint.serving.core.batching import BatchHooks
+from tf_entrypoint.serving.core.model_specs import ModelPath
 from tf_entrypoint.serving.core.tfs_metrics import TFServingMetrics
 
 #: Seconds; from a cache-hot tiny model to a request that hits the timeout.
@@ -291,7 +291,7 @@ class Metrics:
 
     def saved_model_loaded(
         self,
-        path: Path,
+        path: ModelPath,
         ok: bool,
         load_seconds: float,
         warmup_seconds: float | None,

@@ -54,12 +54,44 @@ def aspired_versions(policy: Policy, on_disk: Sequence[int]) -> frozenset[int]:
 
 
 @dataclass(frozen=True)
+class StoreURL:
+    """A model path in object storage: `s3://bucket/models/resnet` (`core/object_store.py`).
+
+    Used where a local model path is a :class:`~pathlib.Path`: joined with
+    ``/``, printed as the URL, `.name` its last part.
+    """
+
+    scheme: str
+    bucket: str
+    #: The key prefix, without leading or trailing "/" ("" for the bucket's root).
+    key: str = ""
+
+    def __truediv__(self, name: str) -> StoreURL:
+        return StoreURL(self.scheme, self.bucket, f"{self.key}/{name}" if self.key else name)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.scheme}://{self.bucket}/{self.key}"
+            if self.key
+            else f"{self.scheme}://{self.bucket}"
+        )
+
+    @property
+    def name(self) -> str:
+        return self.key.rpartition("/")[2] or self.bucket
+
+
+#: Where a model's versions are: a local directory or an object store prefix.
+ModelPath = Path | StoreURL
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model to serve."""
 
     name: str
-    #: The directory holding the model's numbered version directories.
-    base_path: Path
+    #: The directory (or object store prefix) holding the model's numbered versions.
+    base_path: ModelPath
     policy: Policy = Latest()
     #: Label -> version (TF Serving's version_labels).
     labels: Mapping[str, int] = field(default_factory=dict)

@@ -22,7 +22,7 @@ from typing import Protocol
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, ServingError
-from tf_entrypoint.serving.core.model_specs import ModelSpec
+from tf_entrypoint.serving.core.model_specs import ModelPath, ModelSpec
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
 
@@ -47,7 +47,7 @@ class Events(Protocol):
 
     def saved_model_loaded(
         self,
-        path: Path,
+        path: ModelPath,
         ok: bool,
         load_seconds: float,
         warmup_seconds: float | None,
@@ -66,6 +66,7 @@ class Version:
         "error",
         "identity",
         "in_flight",
+        "local",
         "metadata",
         "model",
         "number",
@@ -76,11 +77,13 @@ class Version:
     )
 
     def __init__(
-        self, model: str, number: int, path: Path, identity: repository.Identity | None
+        self, model: str, number: int, path: ModelPath, identity: repository.Identity | None
     ) -> None:
         self.model = model
         self.number = number
         self.path = path
+        #: Where a version from object storage was copied to load it (deleted once it ends).
+        self.local: Path | None = None
         self.identity = identity
         self.state = START
         self.error = ""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tf_entrypoint.serving.core.errors import Code
+from tf_entrypoint.serving.core.model_specs import ModelPath
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -49,7 +50,7 @@ Identity = tuple[int, ...]
 class Found:
     """One version directory: where it is and, if it cannot be read, why."""
 
-    path: Path
+    path: ModelPath
     #: The error that kept its saved_model.pb from being looked at, or None.
     error: OSError | None = None
 
@@ -167,15 +168,21 @@ _CODES = {
     errno.ENOTCONN: Code.FAILED_PRECONDITION,
     errno.EBUSY: Code.FAILED_PRECONDITION,
     errno.ENOMEM: Code.RESOURCE_EXHAUSTED,
+    errno.ENOSPC: Code.RESOURCE_EXHAUSTED,
     errno.EMFILE: Code.RESOURCE_EXHAUSTED,
     errno.ENFILE: Code.RESOURCE_EXHAUSTED,
     errno.EAGAIN: Code.UNAVAILABLE,
     errno.EINTR: Code.UNAVAILABLE,
     errno.ECONNRESET: Code.UNAVAILABLE,
+    errno.ECONNREFUSED: Code.UNAVAILABLE,
     errno.EHOSTDOWN: Code.UNAVAILABLE,
     errno.ENOLINK: Code.UNAVAILABLE,
     errno.ESTALE: Code.ABORTED,
 }
+
+
+#: The errno values with a code of their own (the rest are UNKNOWN).
+KNOWN_ERRNOS = frozenset(_CODES)
 
 
 def error_code(err: OSError) -> Code:

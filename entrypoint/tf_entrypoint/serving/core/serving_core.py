@@ -82,6 +82,7 @@ class ServingCore:
         """Stop polling and the worker threads (after the drain)."""
         self.stop.set()
         self.pool.shutdown()
+        self.manager.close()
 
     def model_label(self, route: p.Route | None) -> str:
         """The metrics' `model` label: a configured model's name, else ""."""

@@ -18,7 +18,8 @@ import re
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+
+from tf_entrypoint.serving.core.model_specs import ModelPath
 
 #: The page's Content-Type in TF Serving (http_server.cc ProcessPrometheusRequest).
 CONTENT_TYPE = "text/plain"
@@ -261,7 +262,7 @@ class TFServingMetrics:
 
     def saved_model_loaded(
         self,
-        path: Path,
+        path: ModelPath,
         ok: bool,
         load_seconds: float,
         warmup_seconds: float | None,

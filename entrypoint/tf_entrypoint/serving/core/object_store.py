@@ -1,0 +1,646 @@
+"""Models in object storage: `s3://` and `gs://` model paths (docs/object-storage.md).
+
+TF Serving reads a model path from any TensorFlow file system; this server
+reads local directories (``repository.py``) and, here, object stores through
+fsspec's file systems (s3fs for `s3://`, gcsfs for `gs://`; `az://` and
+`abfs://` with adlfs, which the images do not include). What they add to the
+manager's work, on its one thread:
+
+- **Listing**: one recursive listing of the model's prefix per poll
+  (:meth:`ObjectStores.scan`) gives every version and every file in it.
+  A listing that fails (the bucket missing, access denied, the store down) is
+  logged with the store's reason and retried with back-off (1 s doubling to
+  60 s); meanwhile the loaded versions keep serving.
+- **When a version is complete** (:func:`incomplete`): object stores have no
+  atomic rename, so a version is loaded only once (1) it holds
+  saved_model.pb (or .pbtxt); (2) its checkpoint is whole: when it has any
+  `variables/` object, or its graph restores one (the MetaGraphDef has a
+  SaverDef: every TF2 export, a TF1 export with variables), then
+  `variables/variables.index` and every `variables.data-I-of-N` shard are
+  there; and (3) its files (names, sizes, ETags) have not changed for
+  :data:`SETTLE_SECONDS`. So a version uploaded in any order is never loaded
+  half done: graph first (the checkpoint is awaited), checkpoint first (the
+  graph is awaited), assets last (the settling time).
+- **A local copy** (:class:`ModelCache`): TensorFlow loads from a directory,
+  so a version is copied into the cache (`--model-cache-dir`, default
+  `$TMPDIR/tf-entrypoint-models`: writable with the images' read-only root),
+  checked against the listing, loaded, and deleted once the version is
+  unloaded or its load failed. `--model-cache-bytes` bounds the cache; a
+  copy that would not fit (or does not fit the disk) fails its load with
+  RESOURCE_EXHAUSTED naming the limit, before a byte is copied.
+
+Credentials come from each client's standard chain (botocore's: the
+environment, ~/.aws files, web identity (IRSA), ECS/EKS, IMDS; Google's
+application default credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's
+file, the metadata server and workload identity). Endpoints from the
+variables users already set: AWS_ENDPOINT_URL(_S3), TensorFlow's
+S3_ENDPOINT / S3_USE_HTTPS / S3_VERIFY_SSL, STORAGE_EMULATOR_HOST.
+
+Every call here does network I/O: only the manager's thread calls it, never
+under the lock requests take.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tf_entrypoint.common import FALSE_WORDS
+from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core.model_specs import StoreURL
+from tf_entrypoint.serving.core.repository import Found, Identity, Listing
+
+log = logging.getLogger("tf_entrypoint.serving")
+
+#: URL scheme -> the Python package that reads it (fsspec's implementation).
+SCHEMES = {"s3": "s3fs", "gs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}
+#: The schemes the images can read as built (the others need their package added).
+IN_IMAGES = ("s3", "gs")
+#: How long a version's files must stay the same before it is loaded.
+SETTLE_SECONDS = 1.0
+#: Back-off between listings of a store that failed: 1 s doubling up to this.
+MAX_BACKOFF_SECONDS = 60.0
+#: Longest one listing may take before it counts as failed.
+LIST_TIMEOUT_SECONDS = 10.0
+#: Where local copies go by default (below $TMPDIR, writable in the images).
+DEFAULT_CACHE_DIR = Path(tempfile.gettempdir()) / "tf-entrypoint-models"
+
+_INDEX = "variables/variables.index"
+_SHARD = re.compile(r"variables/variables\.data-(\d{5,})-of-(\d{5,})")
+_RESTORE_TEXT = re.compile(rb'restore_op_name\s*:\s*"[^"]')
+
+#: One object: (size in bytes, the store's tag for its content: ETag or generation).
+Obj = tuple[int, str]
+#: A version's files: path below the version -> Obj.
+Files = Mapping[str, Obj]
+
+
+def parse_url(text: str) -> StoreURL | None:
+    """The StoreURL `text` names (`s3://bucket/a/b/`), None when it is no URL;
+    ValueError naming what is wrong for a URL this server cannot read."""
+    scheme, sep, rest = text.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return None
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        readable = ", ".join(f"{s}://" for s in SCHEMES)
+        raise ValueError(
+            f"{text!r}: {scheme}:// is not a model store this server reads (it reads local "
+            f"directories and {readable}); mount it, or copy the model into a volume"
+        )
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"{text!r} names no bucket: expected {scheme}://BUCKET/PATH/TO/MODEL")
+    return StoreURL(scheme, bucket, key.strip("/"))
+
+
+def check_client(scheme: str) -> str | None:
+    """Why `scheme`'s client cannot be imported here, or None (it can)."""
+    package = SCHEMES[scheme]
+    try:
+        __import__(package)
+    except ImportError as err:
+        extra = "" if scheme in IN_IMAGES else " (the images do not include it)"
+        return (
+            f"{scheme}:// needs the Python package {package}{extra}: {err}; install it in "
+            "the image (pip install " + package + ")"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------
+# The clients
+
+
+def s3_options(env: Mapping[str, str]) -> dict[str, Any]:
+    """s3fs's options from the environment: AWS's variables (botocore reads most
+    itself) and TensorFlow's S3_ENDPOINT, S3_USE_HTTPS and S3_VERIFY_SSL."""
+    client: dict[str, Any] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    tf_endpoint = env.get("S3_ENDPOINT", "").strip()
+    if not endpoint and tf_endpoint:
+        https = env.get("S3_USE_HTTPS", "1").strip().lower() not in FALSE_WORDS
+        endpoint = tf_endpoint if "://" in tf_endpoint else (
+            f"{'https' if https else 'http'}://{tf_endpoint}"
+        )  # fmt: skip
+    if endpoint:
+        client["endpoint_url"] = endpoint
+    if env.get("S3_VERIFY_SSL", "1").strip().lower() in FALSE_WORDS:
+        client["verify"] = False
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        client["region_name"] = region
+    options: dict[str, Any] = {
+        "client_kwargs": client,
+        # botocore's and s3fs's retries multiply: two attempts each keep a store
+        # that is down from holding the manager's thread for more than seconds.
+        "config_kwargs": {
+            "connect_timeout": 5,
+            "read_timeout": 60,
+            "retries": {"max_attempts": 2, "mode": "standard"},
+        },
+        "use_listings_cache": False,
+        "skip_instance_cache": True,
+    }
+    # botocore reads these itself from the process's environment; given when
+    # `env` is another mapping (the rest of its chain: ~/.aws files, IRSA, IMDS).
+    for name, option in (("AWS_ACCESS_KEY_ID", "key"), ("AWS_SECRET_ACCESS_KEY", "secret"),
+                         ("AWS_SESSION_TOKEN", "token")):  # fmt: skip
+        if env.get(name):
+            options[option] = env[name]
+    return options
+
+
+def gcs_options(env: Mapping[str, str]) -> dict[str, Any]:
+    """gcsfs's options: Google's default credentials, or none for an emulator
+    (STORAGE_EMULATOR_HOST, which gcsfs reads for the endpoint)."""
+    options: dict[str, Any] = {"use_listings_cache": False, "skip_instance_cache": True}
+    emulator = env.get("STORAGE_EMULATOR_HOST", "").strip()
+    if emulator:
+        options["token"] = "anon"  # noqa: S105 - no credentials: emulators take none
+        options["endpoint_url"] = emulator if "://" in emulator else f"http://{emulator}"
+    return options
+
+
+def open_filesystem(scheme: str, env: Mapping[str, str]) -> Any:
+    """The fsspec file system for `scheme` (its package imported now)."""
+    if scheme == "s3":
+        import s3fs  # noqa: PLC0415 - only when a model lives in S3
+
+        filesystem = s3fs.S3FileSystem(**s3_options(env))
+        filesystem.retries = 2  # s3fs's own retries (5 by default)
+        return filesystem
+    if scheme == "gs":
+        # gcsfs's default asks a gRPC control API for each bucket's layout
+        # (hierarchical namespaces), which listing and reading do not need and
+        # which an emulator does not answer (60 s per bucket): the plain API.
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        import gcsfs  # noqa: PLC0415
+
+        return gcsfs.GCSFileSystem(**gcs_options(env))
+    import fsspec  # noqa: PLC0415
+
+    return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
+
+
+def _tag(info: Mapping[str, Any]) -> str:
+    for key in ("ETag", "etag", "generation", "md5Hash", "LastModified", "last_modified"):
+        if info.get(key):
+            return str(info[key])
+    return ""
+
+
+#: Words in a client's error -> the errno that says the same (for the status code).
+_WORDS = (
+    (("NoSuchBucket", "NoSuchKey", "Not Found", "404"), errno.ENOENT),
+    (("AccessDenied", "Forbidden", "403", "401", "InvalidAccessKeyId", "SignatureDoes"),
+     errno.EACCES),
+    (("Timeout", "timed out"), errno.ETIMEDOUT),
+    (("Connect", "connection", "Connection"), errno.ECONNREFUSED),
+)  # fmt: skip
+
+
+def as_os_error(err: BaseException, where: str) -> OSError:
+    """`err` from a store client as an OSError with an errno (for the status's code)
+    and a message that keeps the client's words."""
+    text = f"{type(err).__name__}: {err}".replace("\n", " ")
+    if len(text) > 400:
+        text = text[:400] + "..."
+    if isinstance(err, FileNotFoundError):
+        code = errno.ENOENT
+    elif isinstance(err, PermissionError):
+        code = errno.EACCES
+    elif isinstance(err, OSError) and err.errno in repository.KNOWN_ERRNOS:
+        code = err.errno
+    else:
+        code = next((c for words, c in _WORDS if any(w in text for w in words)), errno.EIO)
+    return OSError(code, text, where)
+
+
+# ----------------------------------------------------------------------
+# When a version is complete
+
+
+def incomplete(  # noqa: PLR0911 - one reason per return
+    files: Files, restores_checkpoint: Callable[[], bool]
+) -> str | None:
+    """Why a version with these `files` cannot be loaded yet, or None.
+
+    `restores_checkpoint`: whether its graph restores variables (asked only
+    when it has saved_model.pb and no `variables/` object).
+    """
+    if not any(name in files for name in repository.SAVED_MODEL_FILES):
+        return "saved_model.pb is not there yet"
+    has_variables = any(name.startswith("variables/") for name in files)
+    if not has_variables and not restores_checkpoint():
+        return None
+    if _INDEX not in files:
+        return f"{_INDEX} is not there yet"
+    shards: dict[int, set[int]] = {}
+    for name in files:
+        if match := _SHARD.fullmatch(name):
+            shards.setdefault(int(match[2]), set()).add(int(match[1]))
+    if not shards:
+        return "variables/variables.data-00000-of-NNNNN is not there yet"
+    if len(shards) > 1:
+        counts = " and ".join(str(n) for n in sorted(shards))
+        return f"its variables are in {counts} shards at once (two exports mixed?)"
+    count, present = next(iter(shards.items()))
+    missing = [i for i in range(count) if i not in present]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        return f"variables/variables.data-{missing[0]:05d}-of-{count:05d} is not there yet{more}"
+    return None
+
+
+_SAVED_MODEL_CLASS: Any = None
+
+
+def _saved_model_class() -> Any:
+    """A message class reading only SavedModel.meta_graphs[].saver_def.restore_op_name
+    (tensorflow/core/protobuf/saved_model.proto, meta_graph.proto, saver.proto:
+    fields 2, 3 and 3); every other field is skipped unparsed."""
+    global _SAVED_MODEL_CLASS  # noqa: PLW0603 - built once
+    if _SAVED_MODEL_CLASS is None:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: PLC0415
+
+        field = descriptor_pb2.FieldDescriptorProto
+        proto = descriptor_pb2.FileDescriptorProto(
+            name="tf_entrypoint_saver_probe.proto", package="tfe_probe", syntax="proto3"
+        )
+        saver = proto.message_type.add(name="SaverDef")
+        saver.field.add(name="restore_op_name", number=3, type=field.TYPE_STRING,
+                        label=field.LABEL_OPTIONAL)  # fmt: skip
+        meta = proto.message_type.add(name="MetaGraphDef")
+        meta.field.add(name="saver_def", number=3, type=field.TYPE_MESSAGE,
+                       type_name=".tfe_probe.SaverDef", label=field.LABEL_OPTIONAL)  # fmt: skip
+        saved = proto.message_type.add(name="SavedModel")
+        saved.field.add(name="meta_graphs", number=2, type=field.TYPE_MESSAGE,
+                        type_name=".tfe_probe.MetaGraphDef",
+                        label=field.LABEL_REPEATED)  # fmt: skip
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(proto)
+        found = pool.FindMessageTypeByName("tfe_probe.SavedModel")
+        _SAVED_MODEL_CLASS = message_factory.GetMessageClass(found)
+    return _SAVED_MODEL_CLASS
+
+
+def restores_checkpoint(graph: bytes, name: str = "saved_model.pb") -> bool:
+    """Whether a saved_model.pb (or .pbtxt) restores variables from a checkpoint
+    when loaded: one of its MetaGraphDefs has a SaverDef with a restore op.
+    A graph that cannot be read counts as one that does (wait for the checkpoint:
+    the load reports what is wrong with it)."""
+    if name.endswith(".pbtxt"):
+        return _RESTORE_TEXT.search(graph) is not None
+    message = _saved_model_class()()
+    try:
+        message.ParseFromString(graph)
+    except Exception:  # noqa: BLE001 - any parse failure: a damaged or partial graph
+        return True
+    return any(meta.saver_def.restore_op_name for meta in message.meta_graphs)
+
+
+# ----------------------------------------------------------------------
+# The local copies
+
+
+class ModelCache:
+    """Local copies of versions read from object storage, bounded in size.
+
+    The directory (`root`) may be shared by several servers and survives a
+    crashed one (an emptyDir survives its container's restarts): each
+    process copies into its own `tfe-cache-*` directory, holding an flock on
+    it, and removes the others' that no live process holds.
+    """
+
+    def __init__(self, root: Path = DEFAULT_CACHE_DIR, limit: int = 0) -> None:
+        self.root = root
+        #: Most bytes held at once (0: what the file system has free).
+        self.limit = limit
+        self._own: Path | None = None
+        self._lock_fd: int | None = None
+        #: Local copy -> its bytes.
+        self._held: dict[Path, int] = {}
+        self._count = 0
+
+    @property
+    def used(self) -> int:
+        return sum(self._held.values())
+
+    def _directory(self) -> Path:
+        if self._own is None:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._remove_stale()
+            own = Path(tempfile.mkdtemp(prefix="tfe-cache-", dir=self.root))
+            fd = os.open(own / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._own, self._lock_fd = own, fd
+        return self._own
+
+    def _remove_stale(self) -> None:
+        for entry in self.root.glob("tfe-cache-*"):
+            try:
+                fd = os.open(entry / ".lock", os.O_RDWR)
+            except OSError:
+                continue  # not ours, or being made right now
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live server's
+            finally:
+                os.close(fd)
+            log.info("removing %s: a model cache no running server holds", entry)
+            shutil.rmtree(entry, ignore_errors=True)
+
+    def reserve(self, url: StoreURL, size: int) -> Path:
+        """A new empty directory for a copy of `url` of `size` bytes; OSError
+        (ENOSPC) naming the limit when it would not fit."""
+        own = self._directory()
+        if self.limit and self.used + size > self.limit:
+            raise OSError(
+                errno.ENOSPC,
+                f"copying {url} needs {size:,} bytes and the model cache holds {self.used:,} "
+                f"of its {self.limit:,}-byte limit (--model-cache-bytes, SERVE_MODEL_CACHE_BYTES)",
+                str(self.root),
+            )
+        free = shutil.disk_usage(own).free
+        if size > free:
+            raise OSError(
+                errno.ENOSPC,
+                f"copying {url} needs {size:,} bytes and the model cache's file system has "
+                f"{free:,} free (--model-cache-dir, SERVE_MODEL_CACHE_DIR)",
+                str(self.root),
+            )
+        self._count += 1
+        digest = hashlib.sha256(str(url).encode()).hexdigest()[:12]
+        local = own / f"{digest}-{self._count}"
+        local.mkdir()
+        self._held[local] = size
+        return local
+
+    def release(self, local: Path) -> None:
+        """Delete a copy (its version is unloaded, or its load failed)."""
+        self._held.pop(local, None)
+        shutil.rmtree(local, ignore_errors=True)
+
+    def keep_only(self, wanted: Iterable[Path]) -> None:
+        """Delete every copy not in `wanted` (the versions loading or loaded)."""
+        keep = set(wanted)
+        for local in [p for p in self._held if p not in keep]:
+            self.release(local)
+
+    def close(self) -> None:
+        if self._own is not None:
+            shutil.rmtree(self._own, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        self._own, self._lock_fd = None, None
+        self._held.clear()
+
+
+# ----------------------------------------------------------------------
+# The stores
+
+
+@dataclass
+class _Watch:
+    """What the manager knows of one model prefix between polls."""
+
+    failures: int = 0
+    retry_at: float = 0.0
+    #: The last listing's error, or why its versions are not complete ("" none).
+    problem: str = ""
+
+
+class ObjectStores:
+    """Listing, completeness and copies for every model in object storage.
+
+    `open_fs`: scheme -> file system (tests pass their own); `env` the
+    variables that pick endpoints and credentials.
+    """
+
+    def __init__(
+        self,
+        cache: ModelCache,
+        *,
+        env: Mapping[str, str] | None = None,
+        open_fs: Callable[[str, Mapping[str, str]], Any] = open_filesystem,
+        settle: float = SETTLE_SECONDS,
+        list_timeout: float = LIST_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self._env = os.environ if env is None else env
+        self._open_fs = open_fs
+        self._settle = settle
+        self._list_timeout = list_timeout
+        self._clock = clock
+        self._filesystems: dict[str, Any] = {}
+        self._watches: dict[StoreURL, _Watch] = {}
+        #: Version -> its files at the last listing.
+        self._files: dict[StoreURL, dict[str, Obj]] = {}
+        #: Version -> (identity first seen, when): the settling clock.
+        self._seen: dict[StoreURL, tuple[Identity, float]] = {}
+        #: (saved_model.pb's URL, tag) -> whether it restores a checkpoint.
+        self._restores: dict[tuple[str, str], bool] = {}
+        #: Versions whose "not complete" reason was logged, with it.
+        self._told: dict[StoreURL, str] = {}
+
+    def _fs(self, scheme: str) -> Any:
+        if scheme not in self._filesystems:
+            self._filesystems[scheme] = self._open_fs(scheme, self._env)
+        return self._filesystems[scheme]
+
+    @staticmethod
+    def _root(url: StoreURL) -> str:
+        return f"{url.bucket}/{url.key}" if url.key else url.bucket
+
+    def _list(self, url: StoreURL) -> dict[str, Obj]:
+        """Every object below `url`: its path relative to `url` -> (size, tag)."""
+        fs = self._fs(url.scheme)
+        fs.invalidate_cache()
+        root = self._root(url)
+        # A bound on the manager thread's wait: clients retry a store that is
+        # down for long (gcsfs: about 30 s); the listing is tried again later.
+        try:
+            found = fs.find(root, detail=True, timeout=self._list_timeout)
+        except Exception as err:
+            if type(err).__name__ == "FSTimeoutError":
+                raise OSError(
+                    errno.ETIMEDOUT, f"no answer within {self._list_timeout:g} s", str(url)
+                ) from err
+            raise
+        objects: dict[str, Obj] = {}
+        for path, info in found.items():
+            relative = path[len(root) :].lstrip("/")
+            if relative and info.get("type", "file") != "directory" and not relative.endswith("/"):
+                objects[relative] = (int(info.get("size") or 0), _tag(info))
+        return objects
+
+    def problem(self, base: StoreURL) -> str:
+        """Why `base` has no version to load, as far as the last listing told ("" none)."""
+        watch = self._watches.get(base)
+        return watch.problem if watch else ""
+
+    def scan(self, base: StoreURL) -> Listing | None:
+        """The complete versions below `base`; None when it cannot be listed now
+        (the error is logged; the next try backs off)."""
+        watch = self._watches.setdefault(base, _Watch())
+        now = self._clock()
+        if now < watch.retry_at:
+            return None
+        try:
+            objects = self._list(base)
+        except Exception as err:  # noqa: BLE001 - any client error: logged, retried
+            self._listing_failed(base, watch, as_os_error(err, str(base)))
+            return None
+        if watch.failures:
+            log.info("%s can be listed again (after %d failed tries)", base, watch.failures)
+        watch.failures, watch.retry_at = 0, 0.0
+        return self._versions(base, watch, objects, now)
+
+    def _listing_failed(self, base: StoreURL, watch: _Watch, err: OSError) -> None:
+        watch.failures += 1
+        backoff = min(MAX_BACKOFF_SECONDS, 2.0 ** (watch.failures - 1))
+        watch.retry_at = self._clock() + backoff
+        reason = repository.describe(err)
+        watch.problem = f"listing {base} failed: {reason}"
+        log.error(
+            "listing %s failed (%s): %s; keeping what is loaded, listing again in %g s",
+            base,
+            repository.error_code(err).name,
+            reason,
+            backoff,
+        )
+
+    def _versions(
+        self, base: StoreURL, watch: _Watch, objects: Mapping[str, Obj], now: float
+    ) -> Listing:
+        groups: dict[str, dict[str, Obj]] = {}
+        for relative, obj in objects.items():
+            head, sep, rest = relative.partition("/")
+            groups.setdefault(head if sep else "", {})[rest if sep else relative] = obj
+        found: dict[int, Found] = {}
+        too_large: list[str] = []
+        waiting: list[str] = []
+        for name in sorted(groups):
+            if not (name.isascii() and name.isdigit()):
+                continue
+            number = repository.version_number(name)
+            if number is None:
+                too_large.append(name)
+                continue
+            if number in found and found[number].path.name == str(number):
+                continue
+            why = self._check(base / name, groups[name], now)
+            if why:
+                waiting.append(f"version {name}: {why}")
+                continue
+            found[number] = Found(base / name)
+        root_export = any(n in objects for n in repository.SAVED_MODEL_FILES)
+        if not found and not too_large and root_export:
+            # As locally: an export written straight into the model's prefix is version 1.
+            why = self._check(base, dict(objects), now)
+            if why:
+                waiting.append(f"the export at its root: {why}")
+            else:
+                found[repository.ROOT_VERSION] = Found(base)
+        watch.problem = "; ".join(waiting)
+        return Listing(found, tuple(too_large))
+
+    def _check(self, url: StoreURL, files: dict[str, Obj], now: float) -> str:
+        """Why version `url` is not complete (and logs it once), or ""."""
+        why = incomplete(files, lambda: self._restores_checkpoint(url, files))
+        ident = _identity(files)
+        if why is None:
+            first = self._seen.get(url)
+            if first is None or first[0] != ident:
+                self._seen[url] = (ident, now)
+                first = (ident, now)
+            if now - first[1] >= self._settle:
+                self._files[url] = files
+                if self._told.pop(url, None):
+                    log.info("%s is complete: loading it", url)
+                return ""
+            why = f"its files changed less than {self._settle:g} s ago"
+        else:
+            self._seen.pop(url, None)
+        if self._told.get(url) != why:
+            self._told[url] = why
+            log.info("%s is not complete yet (%s): waiting", url, why)
+        return why
+
+    def _restores_checkpoint(self, url: StoreURL, files: Mapping[str, Obj]) -> bool:
+        name = next(n for n in repository.SAVED_MODEL_FILES if n in files)
+        key = (f"{url}/{name}", files[name][1])
+        if key not in self._restores:
+            graph = self._fs(url.scheme).cat_file(f"{self._root(url)}/{name}")
+            self._restores[key] = restores_checkpoint(bytes(graph), name)
+        return self._restores[key]
+
+    def identity(self, url: StoreURL) -> Identity | None:
+        """The version's identity at the last listing (no I/O); None if not seen."""
+        files = self._files.get(url)
+        return None if files is None else _identity(files)
+
+    def fetch(self, url: StoreURL) -> Path:
+        """Copy version `url` (its files as last listed) into the cache; the local
+        directory. OSError when it cannot (the copy is deleted)."""
+        files = self._files.get(url)
+        if files is None:
+            raise OSError(errno.ENOENT, "not listed (yet)", str(url))
+        local = self.cache.reserve(url, sum(size for size, _ in files.values()))
+        try:
+            self._copy(url, files, local)
+        except BaseException as err:
+            self.cache.release(local)
+            if isinstance(err, OSError) and err.errno in repository.KNOWN_ERRNOS:
+                raise
+            if isinstance(err, Exception):
+                raise as_os_error(err, str(url)) from err
+            raise
+        return local
+
+    def _copy(self, url: StoreURL, files: Mapping[str, Obj], local: Path) -> None:
+        fs = self._fs(url.scheme)
+        root = self._root(url)
+        names = sorted(files)
+        for name in names:
+            (local / name).parent.mkdir(parents=True, exist_ok=True)
+        fs.get([f"{root}/{n}" for n in names], [str(local / n) for n in names])
+        for name in names:
+            size = (local / name).stat().st_size
+            if size != files[name][0]:
+                raise OSError(
+                    errno.EAGAIN,
+                    f"{name} changed while it was copied ({size:,} bytes, listed as "
+                    f"{files[name][0]:,}): copied again on its next load",
+                    str(url),
+                )
+        if _identity(self._list(url)) != _identity(files):
+            raise OSError(
+                errno.EAGAIN,
+                "its files changed while they were copied: copied again on its next load",
+                str(url),
+            )
+
+    def keep_only(self, wanted: Iterable[Path]) -> None:
+        self.cache.keep_only(wanted)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def _identity(files: Mapping[str, Obj]) -> Identity:
+    return (hash(tuple(sorted(files.items()))),)
