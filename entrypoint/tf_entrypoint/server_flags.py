@@ -159,7 +159,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("allow_version_labels_for_unavailable_models", "labels may always point at versions "
          "that are not loaded yet (requests for them get 404 until they are)",
          kind="limited", boolean=True, accepts=("true",),
-         why="this server always allows it (it warns at start)"),
+         why="this server always allows it (a warning at start names each label whose "
+         "version is not available)"),
     # --- listening
     Flag("port", "gRPC port, as TF Serving's; 0 serves no gRPC", aliases=("grpc-port",),
          env=ENV_GRPC_PORT, default=str(DEFAULT_GRPC_PORT)),
