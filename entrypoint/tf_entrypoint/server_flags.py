@@ -146,20 +146,24 @@ FLAGS: tuple[Flag, ...] = (
          "serve every model it lists, instead of --model_name",
          aliases=("model-config-file",), env=ENV_MODEL_CONFIG_FILE, default="none"),
     Flag("model_config_file_poll_wait_seconds", "re-read the model config file this often "
-         "and add, change or remove models live; 0 reads it once",
+         "and add, change or remove models live; 0 reads it once; negative (TF Serving's testing "
+         "value) is refused",
          aliases=("model-config-file-poll-wait-seconds",), env=ENV_MODEL_CONFIG_FILE_POLL_WAIT,
          default=f"{DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT:g}"),
-    Flag("file_system_poll_wait_seconds", "look for new versions this often; 0 loads once",
+    Flag("file_system_poll_wait_seconds", "look for new versions this often; 0 loads once; "
+         "negative (TF Serving's testing value: never poll) is refused",
          aliases=("file-system-poll-wait-seconds",), env=ENV_FILE_SYSTEM_POLL_WAIT,
          default=f"{DEFAULT_FILE_SYSTEM_POLL_WAIT:g}"),
     Flag("enable_model_warmup", "replay the model's warm-up records (or run zeros) before a "
          "version serves; false serves it cold", boolean=True, default="true"),
     Flag("saved_model_tags", "the MetaGraph's tags", kind="limited", accepts=("serve", ""),
-         why="only the 'serve' MetaGraph is loaded"),
+         why="only the 'serve' MetaGraph is loaded: export the model with it "
+         "(tf.saved_model.save and Keras write it)"),
     Flag("allow_version_labels_for_unavailable_models", "labels may always point at versions "
          "that are not loaded yet (requests for them get 404 until they are)",
          kind="limited", boolean=True, accepts=("true",),
-         why="this server always allows it (it warns at start)"),
+         why="this server always allows it (a warning at start names each label whose "
+         "version is not available)"),
     # --- listening
     Flag("port", "gRPC port, as TF Serving's; 0 serves no gRPC", aliases=("grpc-port",),
          env=ENV_GRPC_PORT, default=str(DEFAULT_GRPC_PORT)),
@@ -186,20 +190,23 @@ FLAGS: tuple[Flag, ...] = (
          "no body (400 without an http(s) Origin); here on every path, not only under /v1/",
          boolean=True, default="false"),
     Flag("enable_grpc_healthcheck_service", "the standard gRPC health service", kind="limited",
-         boolean=True, accepts=("true",), why="it is always served"),
+         boolean=True, accepts=("true",), why="it is always served (grpc.health.v1.Health, "
+         "which Kubernetes' grpc probes call; TF Serving serves it only with this flag) and "
+         "cannot be turned off"),
     Flag("grpc_channel_arguments", "gRPC server arguments, TF Serving's comma-separated "
          "key=value list (e.g. grpc.max_connection_age_ms=2000): a whole number is passed as "
          "an integer; a key that is not one of grpc's channel arguments, or a value of the "
          "wrong type, is refused; grpc.max_receive_message_length is --max-body-bytes's",
          default="none"),
     Flag("use_alts_credentials", "", kind="limited", boolean=True, accepts=("false",),
-         why="ALTS is not implemented"),
+         why="ALTS is not implemented: use --ssl_config_file for TLS on gRPC"),
     Flag("ssl_config_file", "TLS on gRPC (port and --grpc_socket_path, as TF Serving): a "
          "text SSLConfig whose server_key, server_cert and custom_ca hold the PEM text; "
          "client_verify: true requires client certificates signed by custom_ca; REST stays "
          "plain HTTP, as in TF Serving", default="none"),
     Flag("enable_serialization_as_tensor_content", "", kind="limited", boolean=True,
-         accepts=("false",), why="responses use the typed value fields"),
+         accepts=("false",), why="responses use the typed value fields (float_val, ...), "
+         "which tf.make_ndarray and TF Serving's clients read as they read tensor_content"),
     # --- TensorFlow
     Flag("tensorflow_intra_op_parallelism", "intra-op threads: tf-entrypoint makes it the "
          "plan's, as TF_INTRA_OP_PARALLELISM_THREADS (same rules; the flag wins); 0: automatic",
@@ -219,17 +226,20 @@ FLAGS: tuple[Flag, ...] = (
          why="cap GPU memory in MB with TF_GPU_MEMORY_ALLOC (and TF_FORCE_GPU_ALLOW_GROWTH)"),
     Flag("xla_cpu_compilation_enabled", "XLA JIT", kind="limited", boolean=True,
          accepts=("true",), why="XLA follows TensorFlow's defaults (functions saved with "
-         "jit_compile=True are compiled); it cannot be turned off here"),
+         "jit_compile=True are compiled, where TF Serving, which turns XLA off unless this "
+         "flag is given, fails their first call); it cannot be turned off here"),
     Flag("xla_gpu_compilation_enabled", "XLA JIT", kind="limited", boolean=True,
          accepts=("true",), why="as --xla_cpu_compilation_enabled"),
     Flag("mixed_precision", "", kind="limited", accepts=("",),
-         why="mixed precision is not implemented"),
+         why="TF Serving's bfloat16 mode (oneDNN's auto mixed precision graph rewrite) is not "
+         "implemented: export the model in the precision it should run in"),
     Flag("enable_profiler", "TensorFlow's profiler service (tensorflow.ProfilerService) on "
          "the gRPC port, as in TF Serving: TensorBoard's profile plugin and "
          "tf.profiler.experimental.client.trace capture a trace of the server; false answers "
          "its calls UNIMPLEMENTED", boolean=True, default="true"),
     Flag("thread_pool_factory_config_file", "", kind="limited", accepts=("",),
-         why="thread pools come from the plan"),
+         why="thread pools come from the plan (TF_INTRA_OP_PARALLELISM_THREADS, "
+         "TF_INTER_OP_PARALLELISM_THREADS, --workers)"),
     Flag("remove_unused_fields_from_bundle_metagraph", "", kind="noted",
          why="a memory optimisation of TF Serving's loader"),
     Flag("flush_filesystem_caches", "", kind="noted",
@@ -248,7 +258,8 @@ FLAGS: tuple[Flag, ...] = (
          accepts=("0", "1"), why="unloads are not parallel"),
     Flag("max_num_load_retries", "times a failed load is tried again before the version "
          "fails (END); it stays LOADING meanwhile, its status showing the error; 0 tries "
-         "once; a version that failed is tried again once its directory changes",
+         "once (negative is refused); a version that failed is tried again once its directory "
+         "changes",
          default=str(DEFAULT_MAX_NUM_LOAD_RETRIES)),
     Flag("load_retry_interval_micros", "microseconds between those tries; negative: no "
          "wait", default=str(DEFAULT_LOAD_RETRY_INTERVAL_MICROS)),
