@@ -19,13 +19,13 @@ from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FO
 from tf_entrypoint.settings import TABLE, plain
 from tf_entrypoint.tfserving import (
     SERVER,
-    ThreadFlags,
+    PlanFlags,
     find_command,
     gpu_memory_fraction,
     is_model_server,
     is_our_server,
+    plan_flags,
     serving_argv,
-    thread_flags,
 )
 
 TYPE_CHECKING = False
@@ -165,8 +165,8 @@ def serve(args: tuple[str, ...], env: dict[str, str], name: str = "serve") -> in
     The server imports TensorFlow and Starlette (the entrypoint itself never
     does). TF Serving's thread flags in `args` become the plan's thread counts.
     """
-    flags = thread_flags(args, env)
-    if not isinstance(flags, ThreadFlags):
+    flags = plan_flags(args, env)
+    if not isinstance(flags, PlanFlags):
         say(f"error: {flags} (exit {EXIT_USAGE})")
         return EXIT_USAGE
     for note in flags.notes:

@@ -7,7 +7,7 @@ session configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs
 applied to the budget. Our own ``tensorflow_model_server`` (a console script,
 recognised by its content, see :func:`is_our_server`) gets no flags: it is
 ``tf-entrypoint serve``, and its thread flags become the plan
-(:func:`thread_flags`). Pure but for :func:`find_command` and
+(:func:`plan_flags`). Pure but for :func:`find_command` and
 :func:`is_our_server`. docs/configuration.md: "What is applied where" (TF Serving's
 flags); docs/tf-serving.md: "TF Serving's command line".
 """
@@ -83,7 +83,7 @@ def is_our_server(file: str | None) -> bool:
 
 
 @frozen
-class ThreadFlags:
+class PlanFlags:
     """TF Serving's thread flags, read out of a command line for the plan."""
 
     #: The command line without them.
@@ -94,7 +94,7 @@ class ThreadFlags:
     notes: tuple[str, ...]
 
 
-def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | str:
+def plan_flags(args: Sequence[str], env: Mapping[str, str]) -> PlanFlags | str:
     """Take TF Serving's thread flags out of `args`: their values become the plan's.
 
     ``--tensorflow_intra_op_parallelism`` / ``--tensorflow_inter_op_parallelism``
@@ -105,7 +105,7 @@ def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | s
     three at once is refused, as TF Serving does). ``--flag=N`` and ``--flag N``.
     A str is the usage error.
     """
-    taken = _take_thread_flags(args)
+    taken = _take_plan_flags(args)
     if isinstance(taken, str):
         return taken
     given, rest = taken
@@ -143,10 +143,10 @@ def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | s
             if current.strip() and current.strip() != str(value):
                 notes.append(f"{shown} overrides {name}={current!r} from the environment")
             overrides.append((name, str(value)))
-    return ThreadFlags(tuple(rest), tuple(overrides), tuple(notes))
+    return PlanFlags(tuple(rest), tuple(overrides), tuple(notes))
 
 
-def _take_thread_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
+def _take_plan_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
     """(thread flag -> raw value, the other arguments as written), or the usage error.
 
     The command line as server_flags.tokenize reads it (the server reads the
