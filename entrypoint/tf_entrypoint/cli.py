@@ -14,18 +14,18 @@ from tf_entrypoint.common import say
 from tf_entrypoint.explain import no_gpu_line, render_json, render_text, summary_line
 from tf_entrypoint.frozen import frozen
 from tf_entrypoint.handoff import tensorflow_missing
-from tf_entrypoint.plan import Plan, child_environment, resolve
+from tf_entrypoint.plan import MemoryFraction, Plan, child_environment, resolve
 from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from tf_entrypoint.settings import TABLE, plain
 from tf_entrypoint.tfserving import (
     SERVER,
-    ThreadFlags,
+    PlanFlags,
     find_command,
     gpu_memory_fraction,
     is_model_server,
     is_our_server,
+    plan_flags,
     serving_argv,
-    thread_flags,
 )
 
 TYPE_CHECKING = False
@@ -110,7 +110,7 @@ def help_text() -> str:
     return f"""\
 usage: {PROG} [--] COMMAND [ARGS...]
        {PROG} [OPTIONS-FOR-THE-DEFAULT-COMMAND...]
-       {PROG} explain [--json]
+       {PROG} explain [--json] [PLAN-FLAGS...]
        {PROG} --help | --version
 
 Makes TensorFlow fit the container it runs in, then replaces itself with
@@ -126,7 +126,10 @@ commands:
                      --model_config_file; new versions are swapped in while
                      serving. Takes TF Serving's flags (the default command;
                      see serve --help)
-  explain [--json]   print what would be applied in this container, run nothing
+  explain [--json] [PLAN-FLAGS...]
+                     print what would be applied in this container, run nothing;
+                     with TF Serving's flags that the plan reads (thread counts,
+                     --per_process_gpu_memory_fraction), what serve would apply
   {SERVER} [FLAGS]
                      the same server under TF Serving's name (also a command
                      of its own, /usr/bin/{SERVER}, which plans like
@@ -151,10 +154,7 @@ def run_subcommand(name: str, args: tuple[str, ...]) -> int:
     if name == "serve":
         return serve(args, dict(os.environ))
     if name == "explain":
-        if args not in ((), ("--json",)):
-            say(f"usage: {PROG} explain [--json] (got: {' '.join(args)})")
-            return EXIT_USAGE
-        return explain(as_json=args == ("--json",), env=dict(os.environ))
+        return explain_command(args, dict(os.environ))
     say(f"unknown command {name!r}")  # pragma: no cover - SUBCOMMANDS guards this
     return EXIT_USAGE
 
@@ -163,16 +163,17 @@ def serve(args: tuple[str, ...], env: dict[str, str], name: str = "serve") -> in
     """Plan, then hand off to the model server with `args`.
 
     The server imports TensorFlow and Starlette (the entrypoint itself never
-    does). TF Serving's thread flags in `args` become the plan's thread counts.
+    does). TF Serving's thread flags in `args` become the plan's thread counts,
+    --per_process_gpu_memory_fraction its GPU memory caps.
     """
-    flags = thread_flags(args, env)
-    if not isinstance(flags, ThreadFlags):
+    flags = plan_flags(args, env)
+    if not isinstance(flags, PlanFlags):
         say(f"error: {flags} (exit {EXIT_USAGE})")
         return EXIT_USAGE
     for note in flags.notes:
         say(f"note: {note}")
     argv = (sys.executable, "-m", "tf_entrypoint.serving", *flags.args)
-    return start(argv, {**env, **dict(flags.env)}, name=name)
+    return start(argv, {**env, **dict(flags.env)}, name=name, fraction=flags.fraction)
 
 
 def model_server_main() -> int:
@@ -187,21 +188,45 @@ def is_our_model_server(argv: tuple[str, ...], env: dict[str, str]) -> bool:
     return is_model_server(argv) and is_our_server(find_command(argv[0], env.get("PATH", "")))
 
 
-def explain(*, as_json: bool, env: dict[str, str]) -> int:
+def explain_command(args: tuple[str, ...], env: dict[str, str]) -> int:
+    """``explain [--json] [PLAN-FLAGS...]``: the plan flags as serve reads them."""
+    as_json = "--json" in args
+    flags = plan_flags(tuple(arg for arg in args if arg != "--json"), env)
+    if not isinstance(flags, PlanFlags):
+        say(f"error: {flags} (exit {EXIT_USAGE})")
+        return EXIT_USAGE
+    if flags.args:
+        say(
+            f"usage: {PROG} explain [--json] [PLAN-FLAGS...], the flags being TF Serving's "
+            f"that the plan reads (got: {' '.join(flags.args)})"
+        )
+        return EXIT_USAGE
+    for note in flags.notes:
+        say(f"note: {note}")
+    return explain(as_json=as_json, env={**env, **dict(flags.env)}, fraction=flags.fraction)
+
+
+def explain(*, as_json: bool, env: dict[str, str], fraction: MemoryFraction | None = None) -> int:
     """Print the plan on stdout; exit EXIT_CONFIG when it has problems."""
-    plan = resolve(env)
+    plan = resolve(env, fraction=fraction)
     sys.stdout.write(render_json(plan, env) if as_json else render_text(plan, env))
     return 0 if plan.ok else EXIT_CONFIG
 
 
-def start(argv: tuple[str, ...], env: dict[str, str], name: str | None = None) -> int:
+def start(
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    name: str | None = None,
+    fraction: MemoryFraction | None = None,
+) -> int:
     """Plan, report, and hand off to argv with the planned environment.
 
-    `name` is what messages call the command (default: argv[0]).
+    `name` is what messages call the command (default: argv[0]); `fraction`
+    is --per_process_gpu_memory_fraction, read by serve.
     """
     name = name or argv[0]
     try:
-        plan = resolve(env)
+        plan = resolve(env, fraction=fraction)
     except Exception as err:  # noqa: BLE001 - our bug must not block the workload
         say(
             f"internal error while planning ({type(err).__name__}: {err}); starting "

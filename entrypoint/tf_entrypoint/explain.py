@@ -87,12 +87,42 @@ def to_json(plan: Plan, env: Mapping[str, str]) -> dict[str, Any]:
             "notes": list(plan.gpus.notes),
             "allow_growth": plan.allow_growth,
             "memory_limits_mb": [
-                {"index": cap.index, "memory_mb": cap.memory_mb, "applied": cap.gpu is not None}
+                {
+                    "index": cap.index,
+                    "memory_mb": cap.memory_mb,
+                    "applied": cap.gpu is not None,
+                    "source": cap.source,
+                }
                 for cap in plan.memory_caps
             ],
+            "memory_fraction": _fraction_json(plan),
         },
         "environment": added,
     }
+
+
+def _fraction_json(plan: Plan) -> dict[str, Any] | None:
+    fraction = plan.memory_fraction
+    if fraction is None:
+        return None
+    return {
+        "flag": fraction.source,
+        "value": fraction.text,
+        "applied": bool(plan.applied_caps),
+    }
+
+
+def _fraction_text(plan: Plan) -> list[str]:
+    fraction = plan.memory_fraction
+    if fraction is None:
+        return []
+    if plan.applied_caps:
+        effect = "of each visible GPU's memory, as the caps below"
+    elif not plan.gpus.gpus:
+        effect = "ignored: no GPU visible"
+    else:
+        effect = "not applied (see the problems above)"
+    return [f"memory fraction  {fraction.text} ({fraction.source}; {effect})"]
 
 
 def _settings(env: Mapping[str, str]) -> dict[str, str]:
@@ -141,9 +171,10 @@ def render_text(plan: Plan, env: Mapping[str, str]) -> str:
         lines.append(f"  GPU:{gpu.index}          {gpu.name or 'unknown model'}, {mem}, {gpu.uuid}")
     lines += [f"  note           {n}" for n in plan.gpus.notes]
     lines.append(f"memory growth    {_growth_text(plan)}")
+    lines += _fraction_text(plan)
     for cap in plan.memory_caps:
-        state = "" if cap.gpu is not None else " (ignored: no GPU visible)"
-        lines.append(f"memory cap       GPU:{cap.index} {cap.memory_mb} MB{state}")
+        state = "" if cap.gpu is not None else "; ignored: no GPU visible"
+        lines.append(f"memory cap       GPU:{cap.index} {cap.memory_mb} MB ({cap.source}{state})")
     if plan.notices:
         lines.append("")
         lines += [f"warning: {n}" for n in plan.notices]

@@ -41,6 +41,31 @@ class MemoryCap:
     index: int  # TensorFlow GPU index
     memory_mb: int
     gpu: Gpu | None  # None only when no GPU is visible (the cap is then ignored)
+    #: Where it came from: TF_GPU_MEMORY_ALLOC, or the fraction flag with its
+    #: value and the GPU's size ("--per_process_gpu_memory_fraction=0.5 x 81559 MB").
+    source: str = s.GPU_MEMORY_ALLOC
+
+
+@frozen
+class MemoryFraction:
+    """TF Serving's --per_process_gpu_memory_fraction: a share of every visible GPU.
+
+    Read from the command line (tfserving.plan_flags); the plan turns it into
+    one cap per visible GPU, floor(share x the GPU's memory in MB), which the
+    hook applies like TF_GPU_MEMORY_ALLOC's. The share is exact: numerator /
+    denominator of the decimal as written, in (0, 1].
+    """
+
+    #: "--per_process_gpu_memory_fraction" (the spelling used).
+    source: str
+    #: The value as written.
+    text: str
+    numerator: int
+    denominator: int
+
+    def of(self, total_mb: int) -> int:
+        """The cap for a GPU of `total_mb`: the share, rounded down to whole MB."""
+        return total_mb * self.numerator // self.denominator
 
 
 @frozen
@@ -59,6 +84,8 @@ class Plan:
     inter_op: Threads
     allow_growth: bool | None  # None: TensorFlow's default (no growth)
     memory_caps: tuple[MemoryCap, ...]  # applied only when GPUs are visible
+    #: --per_process_gpu_memory_fraction, when given (not 0); its caps are in memory_caps.
+    memory_fraction: MemoryFraction | None
     library_threads: tuple[EnvValue, ...]
     quiet: bool
     problems: tuple[Problem, ...]
@@ -143,18 +170,65 @@ def _memory_caps(
     return tuple(caps), problems, notices
 
 
-def _growth_notices(allow_growth: bool | None, caps: tuple[MemoryCap, ...]) -> list[Notice]:
+def _growth_notices(
+    allow_growth: bool | None, caps: tuple[MemoryCap, ...], fraction: MemoryFraction | None
+) -> list[Notice]:
     applied = [cap for cap in caps if cap.gpu is not None]
     if allow_growth and applied:
         capped = ", ".join(f"GPU {cap.index} up to {cap.memory_mb} MB" for cap in applied)
+        origin = fraction.source if fraction is not None else s.GPU_MEMORY_ALLOC
         return [
             Notice(
                 s.ALLOW_GROWTH,
-                f"with {s.GPU_MEMORY_ALLOC}: memory grows on demand, never beyond the cap "
-                f"({capped})",
+                f"with {origin}: memory grows on demand, never beyond the cap ({capped})",
             )
         ]
     return []
+
+
+def _fraction_caps(
+    fraction: MemoryFraction, alloc: str, gpus: GpuView
+) -> tuple[tuple[MemoryCap, ...], list[Problem], list[Notice]]:
+    """--per_process_gpu_memory_fraction -> one cap per visible GPU (floor, in MB).
+
+    Not with TF_GPU_MEMORY_ALLOC (two answers to one question); ignored, with
+    a notice, when no GPU is visible (TF Serving ignores it too); refused
+    when a GPU's size is unknown (the share cannot become MB) or the share is
+    under 1 MB.
+    """
+    if alloc.strip():
+        reason = f"{s.GPU_MEMORY_ALLOC}={alloc!r} caps GPU memory too"
+        return (), [Problem(fraction.source, fraction.text, _ONE_OF_THEM, reason)], []
+    if not gpus.gpus:
+        notice = Notice(
+            fraction.source,
+            f"no GPU is visible ({gpus.reason}); the fraction is ignored, as TF Serving "
+            "ignores it without a GPU",
+        )
+        return (), [], [notice]
+    caps: list[MemoryCap] = []
+    problems: list[Problem] = []
+    for gpu in gpus.gpus:
+        if gpu.memory_mb is None:
+            reason = f"GPU {gpu.index}'s memory size is unknown (NVML is not available)"
+            problems.append(Problem(fraction.source, fraction.text, _IN_MB, reason))
+            continue
+        mb = fraction.of(gpu.memory_mb)
+        if mb < 1:
+            reason = f"it leaves GPU {gpu.index} ({gpu.memory_mb} MB) less than 1 MB"
+            problems.append(Problem(fraction.source, fraction.text, _AT_LEAST_1_MB, reason))
+            continue
+        origin = f"{fraction.source}={fraction.text} x {gpu.memory_mb} MB"
+        caps.append(MemoryCap(gpu.index, mb, gpu, origin))
+    return tuple(caps), problems, []
+
+
+_ONE_OF_THEM = (
+    f"one of the two: drop the flag to keep the caps in MB, or unset {s.GPU_MEMORY_ALLOC} "
+    "to cap every GPU at that share"
+)
+_IN_MB = f"caps in MB with {s.GPU_MEMORY_ALLOC} (e.g. '0:4096') instead of a fraction"
+_AT_LEAST_1_MB = "a share of at least 1 MB of every visible GPU"
 
 
 def _library_threads(env: Mapping[str, str], intra: Threads) -> tuple[EnvValue, ...]:
@@ -169,13 +243,24 @@ def _library_threads(env: Mapping[str, str], intra: Threads) -> tuple[EnvValue, 
 
 
 def make_plan(
-    parsed: s.ParsedSettings, cpu: CpuBudget, gpus: GpuView, env: Mapping[str, str]
+    parsed: s.ParsedSettings,
+    cpu: CpuBudget,
+    gpus: GpuView,
+    env: Mapping[str, str],
+    fraction: MemoryFraction | None = None,
 ) -> Plan:
-    """Combine what was read into what will be applied. Pure."""
+    """Combine what was read into what will be applied. Pure.
+
+    `fraction`: --per_process_gpu_memory_fraction from the command line, if given.
+    """
     conf = parsed.settings
     intra = _threads(conf.intra_op, cpu)
     inter = _threads(conf.inter_op, cpu)
-    caps, cap_problems, cap_notices = _memory_caps(conf, env.get(s.GPU_MEMORY_ALLOC, ""), gpus)
+    alloc = env.get(s.GPU_MEMORY_ALLOC, "")
+    if fraction is not None:
+        caps, cap_problems, cap_notices = _fraction_caps(fraction, alloc, gpus)
+    else:
+        caps, cap_problems, cap_notices = _memory_caps(conf, alloc, gpus)
     # TF_CONFIG (multi-worker training) is checked, then passed on unchanged.
     tf_config = env.get(TF_CONFIG)
     tf_config_problems = check_tf_config(tf_config) if tf_config is not None else ()
@@ -183,7 +268,7 @@ def make_plan(
         *parsed.notices,
         *_budget_notices(intra, inter, cpu),
         *cap_notices,
-        *_growth_notices(conf.allow_growth, caps),
+        *_growth_notices(conf.allow_growth, caps, fraction),
         *tf_config_notices(tf_config),
     ]
     return Plan(
@@ -193,6 +278,7 @@ def make_plan(
         inter_op=inter,
         allow_growth=conf.allow_growth,
         memory_caps=caps,
+        memory_fraction=fraction,
         library_threads=_library_threads(env, intra),
         quiet=conf.quiet,
         problems=(*parsed.problems, *cap_problems, *tf_config_problems),
@@ -201,11 +287,16 @@ def make_plan(
 
 
 def resolve(
-    env: Mapping[str, str], *, root: str | PathLike[str] = "/", affinity_cpus: int | None = None
+    env: Mapping[str, str],
+    *,
+    root: str | PathLike[str] = "/",
+    affinity_cpus: int | None = None,
+    fraction: MemoryFraction | None = None,
 ) -> Plan:
     """Read settings, the CPU budget and the visible GPUs; make the plan.
 
-    `root` replaces "/" for every file read (tests use fake trees).
+    `root` replaces "/" for every file read (tests use fake trees); `fraction`
+    is --per_process_gpu_memory_fraction from the command line.
     """
     parsed = s.parse_settings(env)
     conf = parsed.settings
@@ -217,7 +308,7 @@ def resolve(
         affinity_cpus=affinity_cpus,
     )
     gpus = detect_gpus(env, root=root)
-    return make_plan(parsed, cpu, gpus, env)
+    return make_plan(parsed, cpu, gpus, env, fraction)
 
 
 def child_environment(plan: Plan, env: Mapping[str, str]) -> dict[str, str]:

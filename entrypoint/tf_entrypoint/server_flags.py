@@ -85,7 +85,8 @@ class Flag:
     """One command-line flag: how it is read and what it does here.
 
     `kind`: "serve" the server implements it; "plan" tf-entrypoint reads it
-    into the plan before the server starts (TF Serving's thread flags);
+    into the plan before the server starts (TF Serving's thread flags and
+    GPU memory fraction; `why` says what it becomes);
     "noted" accepted, no effect here, a warning at start says why; "limited"
     only the values in `accepts` (what this server does anyway) are accepted,
     any other value is refused with `why` (no `accepts`: always refused).
@@ -100,7 +101,7 @@ class Flag:
     default: str = ""
     #: "limited": the accepted values, normalised (booleans "true"/"false").
     accepts: tuple[str, ...] = ()
-    #: "limited"/"noted": why (and what to use instead).
+    #: "limited"/"noted": why (and what to use instead); "plan": what it becomes.
     why: str = ""
     #: One of TF Serving's flags (main.cc); False: only ours.
     tf_serving: bool = True
@@ -131,6 +132,11 @@ _NO_PER_MODEL_BATCHING = (
     "to every model"
 )
 _NO_TFLITE = "TensorFlow Lite models are not served; the SavedModel is"
+#: "plan" flags: what tf-entrypoint makes of them (the server's refusal says it).
+_THREAD_COUNT = (
+    "the plan's thread count, as TF_INTRA_OP_PARALLELISM_THREADS / "
+    "TF_INTER_OP_PARALLELISM_THREADS would"
+)
 
 FLAGS: tuple[Flag, ...] = (
     # --- the models
@@ -210,20 +216,25 @@ FLAGS: tuple[Flag, ...] = (
     # --- TensorFlow
     Flag("tensorflow_intra_op_parallelism", "intra-op threads: tf-entrypoint makes it the "
          "plan's, as TF_INTRA_OP_PARALLELISM_THREADS (same rules; the flag wins); 0: automatic",
-         kind="plan", default="the CPU budget"),
+         kind="plan", default="the CPU budget", why=_THREAD_COUNT),
     Flag("tensorflow_inter_op_parallelism", "inter-op threads, as "
          "TF_INTER_OP_PARALLELISM_THREADS (see --tensorflow_intra_op_parallelism)",
-         kind="plan", default="the CPU budget"),
+         kind="plan", default="the CPU budget", why=_THREAD_COUNT),
     Flag("tensorflow_session_parallelism", "both pools' threads, unless "
          "--tensorflow_intra_op_parallelism or --tensorflow_inter_op_parallelism is given "
-         "(TF Serving's rule; all three is refused)", kind="plan", default="0"),
+         "(TF Serving's rule; all three is refused)", kind="plan", default="0",
+         why=_THREAD_COUNT),
     Flag("tensorflow_session_config_file", "", kind="limited", accepts=("",),
          why="not read; the plan configures TensorFlow (TF_INTRA_OP_PARALLELISM_THREADS, "
          "TF_GPU_MEMORY_ALLOC, TF_FORCE_GPU_ALLOW_GROWTH)"),
     Flag("platform_config_file", "", kind="limited", accepts=("",),
          why="only TensorFlow SavedModels are served, configured by the plan"),
-    Flag("per_process_gpu_memory_fraction", "", kind="limited", accepts=("0",),
-         why="cap GPU memory in MB with TF_GPU_MEMORY_ALLOC (and TF_FORCE_GPU_ALLOW_GROWTH)"),
+    Flag("per_process_gpu_memory_fraction", "the share of each visible GPU's memory "
+         "TensorFlow may take, from 0 to 1: tf-entrypoint makes it the plan's GPU memory caps, "
+         "floor(share x each GPU's MB), as TF_GPU_MEMORY_ALLOC would (not both; with "
+         "TF_FORCE_GPU_ALLOW_GROWTH memory grows up to the cap); 0: TensorFlow's default; "
+         "ignored when no GPU is visible", kind="plan", default="0",
+         why="the plan's GPU memory caps, as TF_GPU_MEMORY_ALLOC would"),
     Flag("xla_cpu_compilation_enabled", "XLA JIT", kind="limited", boolean=True,
          accepts=("true",), why="XLA follows TensorFlow's defaults (functions saved with "
          "jit_compile=True are compiled, where TF Serving, which turns XLA off unless this "

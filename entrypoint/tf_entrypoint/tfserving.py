@@ -7,7 +7,8 @@ session configuration. ``--rest_api_num_threads`` is TF Serving's own 4 x CPUs
 applied to the budget. Our own ``tensorflow_model_server`` (a console script,
 recognised by its content, see :func:`is_our_server`) gets no flags: it is
 ``tf-entrypoint serve``, and its thread flags become the plan
-(:func:`thread_flags`). Pure but for :func:`find_command` and
+(:func:`plan_flags`, with ``--per_process_gpu_memory_fraction``, which becomes
+the plan's GPU memory caps). Pure but for :func:`find_command` and
 :func:`is_our_server`. docs/configuration.md: "What is applied where" (TF Serving's
 flags); docs/tf-serving.md: "TF Serving's command line".
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 
 from tf_entrypoint.frozen import frozen
+from tf_entrypoint.plan import MemoryFraction
 from tf_entrypoint.problems import Problem
 from tf_entrypoint.server_flags import tokenize
 from tf_entrypoint.settings import (
@@ -83,8 +85,8 @@ def is_our_server(file: str | None) -> bool:
 
 
 @frozen
-class ThreadFlags:
-    """TF Serving's thread flags, read out of a command line for the plan."""
+class PlanFlags:
+    """TF Serving's flags that the plan applies (threads, GPU memory), out of a command line."""
 
     #: The command line without them.
     args: tuple[str, ...]
@@ -92,23 +94,81 @@ class ThreadFlags:
     env: tuple[tuple[str, str], ...]
     #: One sentence each: what was overridden or ignored.
     notes: tuple[str, ...]
+    #: --per_process_gpu_memory_fraction, for the plan (None: not given, or 0).
+    fraction: MemoryFraction | None = None
 
 
-def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | str:
-    """Take TF Serving's thread flags out of `args`: their values become the plan's.
+#: The most characters read in a fraction, and the largest power of ten used.
+_FRACTION_MAX_CHARS = 64
+_FRACTION_MAX_EXPONENT = 64
+
+
+def parse_gpu_fraction(spelling: str, raw: str) -> MemoryFraction | str | None:
+    """--per_process_gpu_memory_fraction's value, exactly: None for 0 (TensorFlow's default).
+
+    A decimal from 0 to 1 (``0.5``, ``.25``, ``1``, ``5e-1``); no sign, no
+    nan/inf. A str is the usage error, naming the flag and the range.
+    """
+    text = raw.strip()
+    expected = (
+        "expected a number from 0 to 1: the share of each visible GPU's memory "
+        "(e.g. 0.5; 0 leaves TensorFlow's default)"
+    )
+    mantissa, e, exponent = text.lower().partition("e")
+    whole, _, decimals = mantissa.partition(".")
+    digits = whole + decimals
+    sign, unsigned = (exponent[:1], exponent[1:]) if exponent[:1] in "+-" else ("", exponent)
+    well_formed = (
+        0 < len(text) <= _FRACTION_MAX_CHARS
+        and text.isascii()
+        and digits.isdigit()
+        and (not whole or whole.isdigit())
+        and (not decimals or decimals.isdigit())
+        and (not e or unsigned.isdigit())
+    )
+    if not well_formed:
+        what = "negative" if text.startswith("-") else "not a number"
+        return f"{spelling}={raw!r} is invalid ({what}): {expected}"
+    # Powers beyond the limit change nothing: above it any non-zero value is
+    # over 1, below it any value is under 1 MB of any GPU.
+    power = min(int(unsigned) if e else 0, _FRACTION_MAX_EXPONENT)
+    numerator, denominator = int(digits), 10 ** len(decimals)
+    if sign == "-":
+        denominator *= 10**power
+    else:
+        numerator *= 10**power
+    if numerator > denominator:
+        return (
+            f"{spelling}={raw!r} is invalid (above 1; TensorFlow's over-subscription of GPU "
+            f"memory through CUDA unified memory is not supported): {expected}"
+        )
+    if numerator == 0:
+        return None
+    return MemoryFraction(spelling, text, numerator, denominator)
+
+
+def plan_flags(args: Sequence[str], env: Mapping[str, str]) -> PlanFlags | str:
+    """Take TF Serving's plan flags out of `args`: their values become the plan's.
 
     ``--tensorflow_intra_op_parallelism`` / ``--tensorflow_inter_op_parallelism``
     set the intra-op / inter-op threads, as TF_INTRA_OP_PARALLELISM_THREADS /
     TF_INTER_OP_PARALLELISM_THREADS would (same rules; 0 = automatic, which
     leaves the variable or the CPU budget to decide); ``--tensorflow_session_parallelism``
     sets both, unless one of the other two is given (TF Serving's rule; all
-    three at once is refused, as TF Serving does). ``--flag=N`` and ``--flag N``.
-    A str is the usage error.
+    three at once is refused, as TF Serving does). ``--per_process_gpu_memory_fraction``
+    becomes `fraction` (:func:`parse_gpu_fraction`), which the plan turns into
+    per-GPU caps. ``--flag=N`` and ``--flag N``. A str is the usage error.
     """
-    taken = _take_thread_flags(args)
+    taken = _take_plan_flags(args)
     if isinstance(taken, str):
         return taken
     given, rest = taken
+    fraction: MemoryFraction | None = None
+    if GPU_FRACTION_FLAG in given:
+        read = parse_gpu_fraction(f"--{GPU_FRACTION_FLAG}", given.pop(GPU_FRACTION_FLAG))
+        if isinstance(read, str):
+            return read
+        fraction = read
     values: dict[str, int | None] = {}
     for flag, raw in given.items():
         parsed = parse_thread_count(f"--{flag}", raw)
@@ -143,10 +203,10 @@ def thread_flags(args: Sequence[str], env: Mapping[str, str]) -> ThreadFlags | s
             if current.strip() and current.strip() != str(value):
                 notes.append(f"{shown} overrides {name}={current!r} from the environment")
             overrides.append((name, str(value)))
-    return ThreadFlags(tuple(rest), tuple(overrides), tuple(notes))
+    return PlanFlags(tuple(rest), tuple(overrides), tuple(notes), fraction)
 
 
-def _take_thread_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
+def _take_plan_flags(args: Sequence[str]) -> tuple[dict[str, str], list[str]] | str:
     """(thread flag -> raw value, the other arguments as written), or the usage error.
 
     The command line as server_flags.tokenize reads it (the server reads the

@@ -149,7 +149,10 @@ def test_thread_flags_become_the_plan(containers: Containers) -> None:
             ["--enable_per_model_batching_parameters"],
             "--enable_per_model_batching_parameters is not supported: per-model batching",
         ),
-        (["--per_process_gpu_memory_fraction=0.5"], "TF_GPU_MEMORY_ALLOC"),
+        (
+            ["--per_process_gpu_memory_fraction=1.5"],
+            "--per_process_gpu_memory_fraction='1.5' is invalid (above 1",
+        ),
         (["--tensorflow_intra_op_parallelism=many"], "--tensorflow_intra_op_parallelism='many'"),
         (["--no_such_flag=1"], "unknown flag --no_such_flag"),
     ],
@@ -160,6 +163,30 @@ def test_a_refused_flag_exits_64_naming_it(
     ran = containers.run([*KSERVE, *extra], entrypoint=[SERVER], **ONE_CPU)
     assert ran.exit_code == 64, ran.stderr
     assert named in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_gpu_memory_fraction_without_a_gpu(containers: Containers) -> None:
+    # The plan reads it (floor(share x each GPU's MB)); with no GPU in this
+    # container it is ignored with one warning, as TF Serving ignores it.
+    flag = "--per_process_gpu_memory_fraction"
+    ran = containers.run([f"{flag}=0.5", "--version"], entrypoint=[SERVER], **ONE_CPU)
+    assert ran.exit_code == 0, ran.stderr
+    assert ran.stdout.startswith("TensorFlow ModelServer: tf-entrypoint "), ran.stdout
+    warnings = [line for line in ran.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 1, ran.stderr
+    assert f"warning: {flag}: no GPU is visible (no NVIDIA driver" in warnings[0]
+    # Together with TF_GPU_MEMORY_ALLOC: a configuration error naming both, GPU or not.
+    ran = containers.run(
+        [f"{flag}=0.5", "--version"],
+        entrypoint=[SERVER],
+        environment={"TF_GPU_MEMORY_ALLOC": "0:1024"},
+        **ONE_CPU,
+    )
+    assert ran.exit_code == 78, ran.stderr
+    assert f"{flag}='0.5' is invalid (TF_GPU_MEMORY_ALLOC='0:1024' caps GPU memory too)" in (
+        ran.stderr
+    )
     assert "Traceback" not in ran.stderr
 
 

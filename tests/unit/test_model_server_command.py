@@ -11,10 +11,10 @@ import pytest
 from tf_entrypoint import cli
 from tf_entrypoint.problems import EXIT_USAGE
 from tf_entrypoint.tfserving import (
-    ThreadFlags,
+    PlanFlags,
     find_command,
     is_our_server,
-    thread_flags,
+    plan_flags,
 )
 
 #: What pip writes for a console script (uv's template says the same).
@@ -60,8 +60,8 @@ def executable(path: Path, text: str | bytes) -> Path:
 def test_thread_flags(
     args: tuple[str, ...], expected_args: tuple[str, ...], expected_env: dict[str, str]
 ) -> None:
-    flags = thread_flags(args, {})
-    assert isinstance(flags, ThreadFlags)
+    flags = plan_flags(args, {})
+    assert isinstance(flags, PlanFlags)
     assert flags.args == expected_args
     names = {
         "intra": ("TF_INTRA_OP_PARALLELISM_THREADS", "TF_NUM_INTRAOP_THREADS"),
@@ -82,15 +82,15 @@ def test_thread_flags(
     ],
 )
 def test_bad_thread_flags(args: tuple[str, ...], message: str) -> None:
-    problem = thread_flags(args, {})
+    problem = plan_flags(args, {})
     assert isinstance(problem, str)
     assert problem.startswith(message)
 
 
 def test_the_flag_wins_over_the_environment_with_a_note() -> None:
     env = {"TF_INTRA_OP_PARALLELISM_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "3"}
-    flags = thread_flags((f"{INTRA}=3",), env)
-    assert isinstance(flags, ThreadFlags)
+    flags = plan_flags((f"{INTRA}=3",), env)
+    assert isinstance(flags, PlanFlags)
     assert flags.notes == (f"{INTRA}=3 overrides TF_INTRA_OP_PARALLELISM_THREADS='2' from the "
                            "environment",)  # fmt: skip
     assert dict(flags.env)["TF_INTRA_OP_PARALLELISM_THREADS"] == "3"

@@ -165,7 +165,10 @@ def test_json_schema_is_stable() -> None:
     assert doc["cpu"]["cgroup"]["quota"]["quota_us"] == 150000
     assert doc["threads"]["intra_op"] == {"value": 1, "source": "cgroup v1 quota"}
     assert doc["gpu"]["devices"][0]["name"] == "NVIDIA H100"
-    assert doc["gpu"]["memory_limits_mb"] == [{"index": 0, "memory_mb": 1024, "applied": True}]
+    assert doc["gpu"]["memory_limits_mb"] == [
+        {"index": 0, "memory_mb": 1024, "applied": True, "source": "TF_GPU_MEMORY_ALLOC"}
+    ]
+    assert doc["gpu"]["memory_fraction"] is None
     assert doc["environment"]["TF_NUM_INTRAOP_THREADS"] == "1"
 
 

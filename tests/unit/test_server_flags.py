@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tf_entrypoint.server_flags import BY_SPELLING, FLAGS, Token, boolean, tokenize
-from tf_entrypoint.tfserving import thread_flags, user_flags
+from tf_entrypoint.tfserving import plan_flags, user_flags
 
 
 def test_every_spelling_is_one_flags() -> None:
@@ -55,7 +55,7 @@ def test_tokenize(
 
 def test_the_entrypoint_passes_on_what_it_does_not_take_as_written() -> None:
     argv = ("--model_name", "m", "--tensorflow_intra_op_parallelism", "2", "--bogus", "x", "-y")
-    flags = thread_flags(argv, {})
+    flags = plan_flags(argv, {})
     assert not isinstance(flags, str)
     assert flags.args == ("--model_name", "m", "--bogus", "x", "-y")
     assert user_flags(argv) == {"model_name", "tensorflow_intra_op_parallelism", "bogus"}

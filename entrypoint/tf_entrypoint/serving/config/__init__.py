@@ -202,10 +202,9 @@ def check_limits(given: Mapping[str, str]) -> list[str]:
         flag = BY_SPELLING[f"--{name}"]
         if flag.kind == "plan":
             raise UsageError(
-                f"--{name} is read by tf-entrypoint, which makes it the plan's thread count "
-                "before the server starts: run `tf-entrypoint serve` or `tensorflow_model_server` "
-                "(both plan first), or set TF_INTRA_OP_PARALLELISM_THREADS / "
-                "TF_INTER_OP_PARALLELISM_THREADS"
+                f"--{name} is read by tf-entrypoint before the server starts (it becomes "
+                f"{flag.why}): run `tf-entrypoint serve` or `tensorflow_model_server` (both "
+                "plan first)"
             )
         if flag.kind == "limited" and value.strip().lower() not in flag.accepts:
             shown = f"--{name}" if flag.boolean and value == "true" else f"--{name}={value}"
