@@ -20,6 +20,7 @@ from tf_entrypoint.serving.core.model_specs import (
     Latest,
     ModelSpec,
     Specific,
+    StoreURL,
     aspired_versions,
 )
 
@@ -307,15 +308,33 @@ def test_a_base_path_that_cannot_be_looked_at_is_a_config_error(
     )
 
 
-@pytest.mark.parametrize("url", ["gs://bucket/models/m", "s3://bucket/m", "hdfs://nn/m"])
-def test_object_store_urls_are_refused_at_start_naming_them(tmp_path: Path, url: str) -> None:
-    """Not read yet (issue 26): refused at once, naming the URL, instead of waiting for a
-    local directory called gs:/bucket/... that never appears."""
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [("gs://bucket/models/m", StoreURL("gs", "bucket", "models/m")),
+     ("s3://bucket/m/", StoreURL("s3", "bucket", "m"))],
+)  # fmt: skip
+def test_object_store_urls_are_model_paths(tmp_path: Path, url: str, where: StoreURL) -> None:
+    """Read from object storage (core/object_store.py) wherever a local path works."""
     budget = PlannedCpus(1, "t")
-    with pytest.raises(UsageError, match=rf"--model_base_path: '{url}' is an object store URL"):
+    config = parse_config([f"--model_base_path={url}"], {}, budget=budget)
+    assert config.models.models[0].base_path == where
+    config = parse_config([], {"MODEL_BASE_PATH": url, "MODEL_NAME": "x"}, budget=budget)
+    assert config.models.models[0].base_path == where / "x"
+    path = write(tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{url}' }} }}")
+    config = parse_config([f"--model_config_file={path}"], {}, budget=budget)
+    assert config.models.models[0].base_path == where
+
+
+def test_other_urls_are_refused_at_start_naming_them(tmp_path: Path) -> None:
+    """Instead of waiting for a local directory called hdfs:/nn/... that never appears."""
+    budget = PlannedCpus(1, "t")
+    url, expected = "hdfs://nn/m", r"hdfs:// is not a model store this server reads .* s3://, gs://"
+    with pytest.raises(UsageError, match=rf"--model_base_path: '{url}': {expected}"):
         parse_config([f"--model_base_path={url}"], {}, budget=budget)
-    with pytest.raises(UsageError, match=r"MODEL_BASE_PATH.*is an object store URL"):
+    with pytest.raises(UsageError, match=rf"MODEL_BASE_PATH\): '{url}': {expected}"):
         parse_config([], {"MODEL_BASE_PATH": url}, budget=budget)
     path = write(tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{url}' }} }}")
-    with pytest.raises(ConfigError, match=rf"base_path: '{url}' is an object store URL.*gs://"):
+    with pytest.raises(ConfigError, match=rf"base_path: '{url}': {expected}"):
         parse_config([f"--model_config_file={path}"], {}, budget=budget)
+    with pytest.raises(UsageError, match=r"'s3:///m' names no bucket: expected s3://BUCKET/PATH"):
+        parse_config(["--model_base_path=s3:///m"], {}, budget=budget)

@@ -23,8 +23,9 @@ from tf_entrypoint.serving.core import object_store as store
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.model_cache import ModelCache
 from tf_entrypoint.serving.core.model_specs import ModelSpec, ServingConfig, StoreURL
-from tf_entrypoint.serving.core.object_store import ModelCache, ObjectStores
+from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING
 
 

@@ -52,8 +52,9 @@ from tf_entrypoint.serving.core.drain import EXIT_MARGIN, STOPPED, CutOff, Trans
 from tf_entrypoint.serving.core.limits import RequestLimits, limit_malloc_arenas
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.model_cache import ModelCache
 from tf_entrypoint.serving.core.model_specs import describe_policy
-from tf_entrypoint.serving.core.object_store import ModelCache, ObjectStores
+from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 

@@ -54,7 +54,7 @@ from tf_entrypoint.serving.config.sizing import (
     size_workers,
 )
 from tf_entrypoint.serving.config.ssl_config import SslConfig, read_ssl_config
-from tf_entrypoint.serving.core import object_store
+from tf_entrypoint.serving.core import model_cache
 from tf_entrypoint.serving.core.batching import BatchingParameters
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.submission import LoadRetries
@@ -142,7 +142,7 @@ class ServeConfig:
     ssl: SslConfig | None = None
     #: Where versions from object storage are copied (--model-cache-dir), and its
     #: limit in bytes (--model-cache-bytes; 0: the file system's free space).
-    model_cache_dir: Path = object_store.DEFAULT_CACHE_DIR
+    model_cache_dir: Path = model_cache.DEFAULT_CACHE_DIR
     model_cache_bytes: int = 0
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
@@ -461,7 +461,7 @@ def parse_config(
         ),
         enable_cors_support=values.get("rest_api_enable_cors_support", BOOLEAN, False),
         model_cache_dir=Path(
-            values.get("model-cache-dir", PATH, None) or object_store.DEFAULT_CACHE_DIR
+            values.get("model-cache-dir", PATH, None) or model_cache.DEFAULT_CACHE_DIR
         ),
         model_cache_bytes=values.get("model-cache-bytes", BYTES, 0),
         notes=(*notes, *model_notes),

@@ -12,27 +12,30 @@ changed config file are applied on the same thread.
 
 from __future__ import annotations
 
-import errno
 import gc
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core.errors import Code, ConfigError
 from tf_entrypoint.serving.core.model_specs import (
-    ModelPath,
     ServingConfig,
     Specific,
-    StoreURL,
     aspired_versions,
     describe_policy,
 )
-from tf_entrypoint.serving.core.models import Events, Model, Models, Version
+from tf_entrypoint.serving.core.models import (
+    Events,
+    Model,
+    Models,
+    Version,
+    warn_unavailable_labels,
+)
 from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.servable import Loader, Servable
+from tf_entrypoint.serving.core.sources import Sources
 from tf_entrypoint.serving.core.submission import NO_RETRIES, LoadRetries, Submission
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
 
@@ -62,8 +65,8 @@ class Manager(Models):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(events)
-        #: Models in object storage (s3://, gs://): listing, completeness, local copies.
-        self._stores = stores
+        #: Where versions are read: local directories, object stores (s3://, gs://).
+        self._sources = Sources(stores)
         self._loader = loader
         self._describe = describe
         self._retries = retries
@@ -128,8 +131,7 @@ class Manager(Models):
         is retried on the next poll: the control thread never dies from I/O.
         """
         errors: list[str] = []
-        if self._stores is not None:
-            self._stores.keep_only(self._local_copies())
+        self._sources.keep_only(self.local_copies())
         for model in list(self._models.values()):
             if stop():
                 break
@@ -150,33 +152,7 @@ class Manager(Models):
 
     def close(self) -> None:
         """Delete the local copies of versions from object storage (at exit)."""
-        if self._stores is not None:
-            self._stores.close()
-
-    def _local_copies(self) -> list[Path]:
-        """The local copies of store versions still loading or loaded (the rest are deleted)."""
-        with self._lock:
-            return [
-                v.local
-                for m in self._models.values()
-                for v in m.versions.values()
-                if v.local is not None and v.state != END
-            ]
-
-    def _stores_for(self, path: StoreURL) -> ObjectStores:
-        if self._stores is None:  # the composition root always gives them
-            raise OSError(errno.EPROTONOSUPPORT, "no object store client configured", str(path))
-        return self._stores
-
-    def _scan(self, base: ModelPath) -> repository.Listing | None:
-        if isinstance(base, StoreURL):
-            return self._stores_for(base).scan(base)
-        return repository.scan(base)
-
-    def _identity(self, path: ModelPath) -> repository.Identity | None:
-        if isinstance(path, StoreURL):
-            return self._stores_for(path).identity(path)
-        return repository.identity(path)
+        self._sources.close()
 
     def _sync_model(
         self, model: Model, stop: Callable[[], bool], retries_only: bool = False
@@ -185,10 +161,9 @@ class Manager(Models):
         # Every look at the file system happens here, outside the lock: on
         # NFS or FUSE a listing or a stat can take seconds, and requests
         # (lease, check, status, readiness) must not wait for it.
-        listing = self._scan(spec.base_path)
+        listing = self._sources.scan(spec.base_path)
         if listing is None:
-            # (a store's listing logs its own error, with the store's reason)
-            if not model.warned_unlistable and not isinstance(spec.base_path, StoreURL):
+            if not model.warned_unlistable and not self._sources.logs_its_failures(spec.base_path):
                 log.warning(
                     "cannot list %s (model %r): keeping what is loaded, retrying",
                     spec.base_path,
@@ -197,7 +172,7 @@ class Manager(Models):
                 model.warned_unlistable = True
             return []
         model.warned_unlistable = False
-        self._warn_too_large(model, listing.too_large)
+        self._sources.warn_too_large(model, listing.too_large)
         aspired = aspired_versions(spec.policy, list(listing.versions))
         self._cancel_retries(model, aspired)
         errors: list[str] = []
@@ -235,7 +210,7 @@ class Manager(Models):
                 if not retries_only or (v is not None and v.retry_at is not None)
             ]
         # Their identities, taken before they load (a change during a load is a change).
-        looked = {number: self._identity(found[number].path) for number in candidates}
+        looked = {number: self._sources.identity(found[number].path) for number in candidates}
         todo: list[tuple[Version, OSError | None]] = []
         with self._lock:
             for number in sorted(aspired, reverse=True):  # the newest is available first
@@ -291,21 +266,6 @@ class Manager(Models):
         with self._lock:
             self._forget_old(model)
 
-    @staticmethod
-    def _warn_too_large(model: Model, names: tuple[str, ...]) -> None:
-        """Log the version directories ignored for a number beyond int64, once each."""
-        new = [name for name in names if name not in model.too_large]
-        model.too_large = names
-        for name in new:
-            log.warning(
-                "model %r: ignoring %s: its version number does not fit int64 (at most %d), "
-                "as TF Serving ignores it; name versions with smaller numbers (a Unix "
-                "timestamp in seconds fits)",
-                model.spec.name,
-                model.spec.base_path / name,
-                repository.MAX_VERSION,
-            )
-
     def _unreadable(self, model: Model, version: Version, err: OSError) -> str:
         """A version directory that cannot be read: reported as a failed load."""
         with self._lock:
@@ -356,20 +316,9 @@ class Manager(Models):
         log.info("loading model %r version %d from %s", name, version.number, version.path)
         started = time.monotonic()
         try:
-            path = version.path
-            if isinstance(path, StoreURL):
-                local = self._stores_for(path).fetch(path)
-                with self._lock:
-                    version.local = local
-                log.info(
-                    "model %r version %d: copied %s to %s in %.2f s",
-                    name,
-                    version.number,
-                    path,
-                    local,
-                    time.monotonic() - started,
-                )
-                path = local
+            path, copy = self._sources.loadable(name, version.number, version.path)
+            with self._lock:
+                version.local = copy
             servable = self._loader(path, version.number)
             metadata = self._describe(name, version.number, servable)
         except Exception as err:
@@ -450,11 +399,8 @@ class Manager(Models):
                 retrying = True
                 continue
             spec = model.spec
-            if isinstance(spec.base_path, StoreURL):
-                listing = self._stores_for(spec.base_path).scan(spec.base_path)
-                why = self._stores_for(spec.base_path).problem(spec.base_path)
-            else:
-                listing, why = repository.scan(spec.base_path), ""
+            listing = self._sources.scan(spec.base_path)
+            why = self._sources.problem(spec.base_path)
             found = {} if listing is None else listing.versions
             if not found:
                 problems.append(
@@ -540,7 +486,7 @@ class Manager(Models):
                 on_fatal(fatal)
                 self._refuse_submitted(fatal)
                 return
-            self._warn_labels()
+            warn_unavailable_labels(self._models.values())
             self._poll(file_system_poll, config_poll, reload, stop)
         except BaseException as err:  # a bug: the server must not go on without this thread
             log.critical("the model manager thread failed", exc_info=err)
@@ -612,7 +558,7 @@ class Manager(Models):
                 submission.applied.set()
                 self._events.config_reloaded("success")
                 errors = self.sync(stop)
-                self._warn_labels()
+                warn_unavailable_labels(self._models.values())
             except BaseException as err:
                 if listening:
                     submission.done.set_exception(err)
@@ -642,19 +588,4 @@ class Manager(Models):
         self.apply(config)
         self._events.config_reloaded("success")
         self.sync(stop)  # new models load now, even when directories are not polled
-        self._warn_labels()
-
-    def _warn_labels(self) -> None:
-        for model in self._models.values():
-            serving = {v.number for v in model.serving}
-            for label, number in sorted(model.spec.labels.items()):
-                if number not in serving:
-                    log.warning(
-                        "%s: version_labels %r -> %d: version %d of model %r is not available; "
-                        "requests for the label get 404 until it is",
-                        model.spec.origin,
-                        label,
-                        number,
-                        number,
-                        model.spec.name,
-                    )
+        warn_unavailable_labels(self._models.values())

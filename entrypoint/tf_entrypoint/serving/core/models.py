@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -288,6 +288,16 @@ class Models:
         models = self._models if models is None else models
         return [name for name, m in models.items() if m.counts_for_readiness and not m.serving]
 
+    def local_copies(self) -> list[Path]:
+        """The local copies of store versions still loading or loaded (the rest are deleted)."""
+        with self._lock:
+            return [
+                v.local
+                for m in self._models.values()
+                for v in m.versions.values()
+                if v.local is not None and v.state != END
+            ]
+
     def _finish_unload(self, version: Version) -> None:
         with self._lock:
             if version.state != UNLOADING:
@@ -300,3 +310,20 @@ class Models:
         self._collect = True
         self._events.version_unloaded(version.model)
         log.info("model %r version %d unloaded", version.model, version.number)
+
+
+def warn_unavailable_labels(models: Iterable[Model]) -> None:
+    """Log each version label whose version is not available (requests for it get 404)."""
+    for model in models:
+        serving = {v.number for v in model.serving}
+        for label, number in sorted(model.spec.labels.items()):
+            if number not in serving:
+                log.warning(
+                    "%s: version_labels %r -> %d: version %d of model %r is not available; "
+                    "requests for the label get 404 until it is",
+                    model.spec.origin,
+                    label,
+                    number,
+                    number,
+                    model.spec.name,
+                )

@@ -43,21 +43,20 @@ under the lock requests take.
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
+import importlib
 import logging
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tf_entrypoint.common import FALSE_WORDS
 from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core.model_cache import ModelCache
 from tf_entrypoint.serving.core.model_specs import StoreURL
 from tf_entrypoint.serving.core.repository import Found, Identity, Listing
 
@@ -71,10 +70,11 @@ IN_IMAGES = ("s3", "gs")
 SETTLE_SECONDS = 1.0
 #: Back-off between listings of a store that failed: 1 s doubling up to this.
 MAX_BACKOFF_SECONDS = 60.0
+#: A copy reads this many parts of PART_BYTES at once (memory: their product).
+COPY_THREADS = 4
+PART_BYTES = 16 * 1024 * 1024
 #: Longest one listing may take before it counts as failed.
 LIST_TIMEOUT_SECONDS = 10.0
-#: Where local copies go by default (below $TMPDIR, writable in the images).
-DEFAULT_CACHE_DIR = Path(tempfile.gettempdir()) / "tf-entrypoint-models"
 
 _INDEX = "variables/variables.index"
 _SHARD = re.compile(r"variables/variables\.data-(\d{5,})-of-(\d{5,})")
@@ -105,11 +105,22 @@ def parse_url(text: str) -> StoreURL | None:
     return StoreURL(scheme, bucket, key.strip("/"))
 
 
+def _import_client(scheme: str) -> Any:
+    """Import `scheme`'s client package (ImportError when it is not installed)."""
+    if scheme == "gs":
+        # gcsfs's default asks a gRPC control API for each bucket's layout
+        # (hierarchical namespaces), which listing and reading do not need and
+        # which an emulator does not answer (60 s per bucket): the plain JSON
+        # API. Read when gcsfs is first imported, so set before any import.
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    return importlib.import_module(SCHEMES[scheme])
+
+
 def check_client(scheme: str) -> str | None:
     """Why `scheme`'s client cannot be imported here, or None (it can)."""
     package = SCHEMES[scheme]
     try:
-        __import__(package)
+        _import_client(scheme)
     except ImportError as err:
         extra = "" if scheme in IN_IMAGES else " (the images do not include it)"
         return (
@@ -175,21 +186,14 @@ def gcs_options(env: Mapping[str, str]) -> dict[str, Any]:
 
 def open_filesystem(scheme: str, env: Mapping[str, str]) -> Any:
     """The fsspec file system for `scheme` (its package imported now)."""
+    client = _import_client(scheme)
     if scheme == "s3":
-        import s3fs  # noqa: PLC0415 - only when a model lives in S3
-
-        filesystem = s3fs.S3FileSystem(**s3_options(env))
+        filesystem = client.S3FileSystem(**s3_options(env))
         filesystem.retries = 2  # s3fs's own retries (5 by default)
         return filesystem
     if scheme == "gs":
-        # gcsfs's default asks a gRPC control API for each bucket's layout
-        # (hierarchical namespaces), which listing and reading do not need and
-        # which an emulator does not answer (60 s per bucket): the plain API.
-        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-        import gcsfs  # noqa: PLC0415
-
-        return gcsfs.GCSFileSystem(**gcs_options(env))
-    import fsspec  # noqa: PLC0415
+        return client.GCSFileSystem(**gcs_options(env))
+    import fsspec  # noqa: PLC0415 - adlfs registers az:// and abfs:// with fsspec
 
     return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
 
@@ -214,6 +218,8 @@ _WORDS = (
 def as_os_error(err: BaseException, where: str) -> OSError:
     """`err` from a store client as an OSError with an errno (for the status's code)
     and a message that keeps the client's words."""
+    if isinstance(err, OSError) and err.errno in repository.KNOWN_ERRNOS and err.filename:
+        return err  # ours (a timeout, the cache's limit): already says it all
     text = f"{type(err).__name__}: {err}".replace("\n", " ")
     if len(text) > 400:
         text = text[:400] + "..."
@@ -309,104 +315,6 @@ def restores_checkpoint(graph: bytes, name: str = "saved_model.pb") -> bool:
     except Exception:  # noqa: BLE001 - any parse failure: a damaged or partial graph
         return True
     return any(meta.saver_def.restore_op_name for meta in message.meta_graphs)
-
-
-# ----------------------------------------------------------------------
-# The local copies
-
-
-class ModelCache:
-    """Local copies of versions read from object storage, bounded in size.
-
-    The directory (`root`) may be shared by several servers and survives a
-    crashed one (an emptyDir survives its container's restarts): each
-    process copies into its own `tfe-cache-*` directory, holding an flock on
-    it, and removes the others' that no live process holds.
-    """
-
-    def __init__(self, root: Path = DEFAULT_CACHE_DIR, limit: int = 0) -> None:
-        self.root = root
-        #: Most bytes held at once (0: what the file system has free).
-        self.limit = limit
-        self._own: Path | None = None
-        self._lock_fd: int | None = None
-        #: Local copy -> its bytes.
-        self._held: dict[Path, int] = {}
-        self._count = 0
-
-    @property
-    def used(self) -> int:
-        return sum(self._held.values())
-
-    def _directory(self) -> Path:
-        if self._own is None:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._remove_stale()
-            own = Path(tempfile.mkdtemp(prefix="tfe-cache-", dir=self.root))
-            fd = os.open(own / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._own, self._lock_fd = own, fd
-        return self._own
-
-    def _remove_stale(self) -> None:
-        for entry in self.root.glob("tfe-cache-*"):
-            try:
-                fd = os.open(entry / ".lock", os.O_RDWR)
-            except OSError:
-                continue  # not ours, or being made right now
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live server's
-            finally:
-                os.close(fd)
-            log.info("removing %s: a model cache no running server holds", entry)
-            shutil.rmtree(entry, ignore_errors=True)
-
-    def reserve(self, url: StoreURL, size: int) -> Path:
-        """A new empty directory for a copy of `url` of `size` bytes; OSError
-        (ENOSPC) naming the limit when it would not fit."""
-        own = self._directory()
-        if self.limit and self.used + size > self.limit:
-            raise OSError(
-                errno.ENOSPC,
-                f"copying {url} needs {size:,} bytes and the model cache holds {self.used:,} "
-                f"of its {self.limit:,}-byte limit (--model-cache-bytes, SERVE_MODEL_CACHE_BYTES)",
-                str(self.root),
-            )
-        free = shutil.disk_usage(own).free
-        if size > free:
-            raise OSError(
-                errno.ENOSPC,
-                f"copying {url} needs {size:,} bytes and the model cache's file system has "
-                f"{free:,} free (--model-cache-dir, SERVE_MODEL_CACHE_DIR)",
-                str(self.root),
-            )
-        self._count += 1
-        digest = hashlib.sha256(str(url).encode()).hexdigest()[:12]
-        local = own / f"{digest}-{self._count}"
-        local.mkdir()
-        self._held[local] = size
-        return local
-
-    def release(self, local: Path) -> None:
-        """Delete a copy (its version is unloaded, or its load failed)."""
-        self._held.pop(local, None)
-        shutil.rmtree(local, ignore_errors=True)
-
-    def keep_only(self, wanted: Iterable[Path]) -> None:
-        """Delete every copy not in `wanted` (the versions loading or loaded)."""
-        keep = set(wanted)
-        for local in [p for p in self._held if p not in keep]:
-            self.release(local)
-
-    def close(self) -> None:
-        if self._own is not None:
-            shutil.rmtree(self._own, ignore_errors=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-        self._own, self._lock_fd = None, None
-        self._held.clear()
 
 
 # ----------------------------------------------------------------------
@@ -613,21 +521,29 @@ class ObjectStores:
         return local
 
     def _copy(self, url: StoreURL, files: Mapping[str, Obj], local: Path) -> None:
+        """Copy `files` into `local` in parts read in parallel: at most COPY_THREADS x
+        PART_BYTES of it in memory whatever the files' sizes (fsspec's `get`
+        holds about a whole file: measured in docs/benchmarks.md)."""
         fs = self._fs(url.scheme)
         root = self._root(url)
-        names = sorted(files)
-        for name in names:
-            (local / name).parent.mkdir(parents=True, exist_ok=True)
-        fs.get([f"{root}/{n}" for n in names], [str(local / n) for n in names])
-        for name in names:
-            size = (local / name).stat().st_size
-            if size != files[name][0]:
-                raise OSError(
-                    errno.EAGAIN,
-                    f"{name} changed while it was copied ({size:,} bytes, listed as "
-                    f"{files[name][0]:,}): copied again on its next load",
-                    str(url),
-                )
+        parts: list[tuple[str, Path, int, int]] = []
+        for name, (size, _) in sorted(files.items()):
+            target = local / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("wb") as out:
+                out.truncate(size)
+            parts.extend(
+                (f"{root}/{name}", target, start, min(size, start + PART_BYTES))
+                for start in range(0, size, PART_BYTES)
+            )
+        with ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="model-copy") as pool:
+            futures = [pool.submit(_copy_part, fs, *part) for part in parts]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
         if _identity(self._list(url)) != _identity(files):
             raise OSError(
                 errno.EAGAIN,
@@ -640,6 +556,19 @@ class ObjectStores:
 
     def close(self) -> None:
         self.cache.close()
+
+
+def _copy_part(fs: Any, remote: str, target: Path, start: int, end: int) -> None:
+    data = fs.cat_file(remote, start=start, end=end)
+    if len(data) != end - start:
+        raise OSError(
+            errno.EAGAIN,
+            f"changed while it was copied (bytes {start:,}-{end:,} of its listed size gave "
+            f"{len(data):,}): copied again on its next load",
+            remote,
+        )
+    with target.open("r+b") as out:
+        os.pwrite(out.fileno(), data, start)
 
 
 def _identity(files: Mapping[str, Obj]) -> Identity:

@@ -1,0 +1,186 @@
+"""Models served from object storage by the real image: s3:// from moto's server,
+gs:// from gcp-storage-emulator, both started by the test on 127.0.0.1.
+
+The server runs with the images' read-only root (a tmpfs on /tmp, where the
+model cache is) in the host's network namespace, so it reaches the stores on
+127.0.0.1 as a client on the host would. Versions are uploaded file by
+file, seconds apart (longer than a poll plus the settling time), in both
+orders, while a client keeps predicting: no request fails, readiness stays
+up, the new version answers once complete, and the old one's copy is
+deleted. Then the store stops (the loaded version keeps serving, the log
+names the failure) and comes back (a new version is served).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.container.dockerkit import Containers, poll, remove
+from tests.object_stores import Emulator, free_port, running, upload
+
+IMAGE_FLAVORS = ("cpu",)
+#: Longer than a poll (1 s) plus the settling time (1 s): without the
+#: completeness rule a half-uploaded version would be loaded in between.
+PAUSE = 3.0
+GRAPH_FIRST = ["saved_model.pb"]
+CHECKPOINT_FIRST = ["variables/variables.data-00000-of-00001", "variables/variables.index"]
+
+
+@pytest.fixture(scope="module")
+def exports(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Versions 1, 2 and 3 of a model answering y = x + V (tests/container/make_models.py)."""
+    root = tmp_path_factory.mktemp("store-models")
+    root.chmod(0o777)
+    ran = containers.run(
+        ["python", "/t/make_models.py", "/models/plus", "1", "2", "3"],
+        volumes={
+            str(root): {"bind": "/models", "mode": "rw"},
+            str(Path(__file__).parent): {"bind": "/t", "mode": "ro"},
+        },
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    return root / "plus"
+
+
+@pytest.fixture(scope="module", params=["s3", "gs"])
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Emulator]:
+    with running(request.param, tmp_path_factory.mktemp(f"store-{request.param}")) as emulator:
+        yield emulator
+
+
+class Server:
+    def __init__(self, containers: Containers, store: Emulator, key: str) -> None:
+        #: The model's URL, and its prefix for the uploader ("models/KEY").
+        self.url = store.url(key)
+        self.prefix = f"models/{key}"
+        self.port = free_port()
+        self.rest = f"http://127.0.0.1:{self.port}"
+        self.container = containers.start(
+            [
+                "serve", "--model_name=plus", f"--model_base_path={self.url}",
+                "--port=0", f"--rest_api_port={self.port}", "--host=127.0.0.1",
+                "--file_system_poll_wait_seconds=1",
+            ],
+            environment=store.env,
+            network_mode="host",
+            read_only=True,
+            tmpfs={"/tmp": "rw,size=256m"},
+            nano_cpus=1_000_000_000,
+        )  # fmt: skip
+
+    def logs(self) -> str:
+        return self.container.logs().decode(errors="replace")
+
+    def ready(self) -> bool:
+        self.container.reload()
+        assert self.container.status == "running", self.logs()
+        try:
+            return httpx2.get(f"{self.rest}/readyz", timeout=5).status_code == 200
+        except httpx2.TransportError:
+            return False
+
+    def predict(self) -> float:
+        answer = httpx2.post(
+            f"{self.rest}/v1/models/plus:predict", json={"instances": [10.0]}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        return float(answer.json()["predictions"][0]) - 10.0
+
+    def copies(self) -> list[str]:
+        ran = self.container.exec_run(["sh", "-c", "ls -d /tmp/tf-entrypoint-models/*/*/ || true"])
+        output = ran.output
+        assert isinstance(output, bytes)
+        return sorted(output.decode().split())
+
+
+class Client(threading.Thread):
+    """Predicts without pause; records every version that answered and every failure."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__(daemon=True)
+        self.server = server
+        self.stop = threading.Event()
+        self.versions: list[int] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.versions.append(round(self.server.predict()))
+                if httpx2.get(f"{self.server.rest}/readyz", timeout=5).status_code != 200:
+                    self.failures.append("readiness went down")
+            except (AssertionError, httpx2.HTTPError) as err:
+                self.failures.append(str(err))
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def server(
+    containers: Containers, store: Emulator, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    key = request.node.name.split("[")[0].removeprefix("test_")[:24]
+    running_server = Server(containers, store, key)
+    try:
+        yield running_server
+    finally:
+        remove(running_server.container)
+
+
+def test_versions_uploaded_in_either_order_swap_in_without_a_failed_request(
+    exports: Path, store: Emulator, server: Server
+) -> None:
+    fs = store.filesystem()
+    prefix = server.prefix
+    upload(fs, exports / "1", f"{prefix}/1", order=GRAPH_FIRST, pause=PAUSE)
+    assert poll(server.ready, 180, 0.25), server.logs()
+    assert server.predict() == 1
+    assert len(server.copies()) == 1
+    client = Client(server)
+    client.start()
+    try:
+        upload(fs, exports / "2", f"{prefix}/2", order=GRAPH_FIRST, pause=PAUSE)
+        assert poll(lambda: client.versions[-1:] == [2], 120, 0.25), server.logs()
+        upload(fs, exports / "3", f"{prefix}/3", order=CHECKPOINT_FIRST, pause=PAUSE)
+        assert poll(lambda: client.versions[-1:] == [3], 120, 0.25), server.logs()
+    finally:
+        client.stop.set()
+        client.join(60)
+    logs = server.logs()
+    assert client.failures == [], logs
+    assert set(client.versions) == {1, 2, 3}
+    # Not one load of a half-uploaded version: each version loaded once, after it was whole.
+    for version in (2, 3):
+        assert logs.count(f"loading model 'plus' version {version} from") == 1, logs
+        assert f"{server.url}/{version} is not complete yet" in logs, logs
+    assert "(variables/variables.index is not there yet)" in logs  # version 2, graph first
+    assert "(saved_model.pb is not there yet)" in logs  # version 3, checkpoint first
+    assert "failed: " not in logs, logs
+    assert poll(lambda: len(server.copies()) == 1, 30, 0.5), server.copies()
+
+
+def test_a_store_that_stops_and_comes_back(exports: Path, store: Emulator, server: Server) -> None:
+    fs = store.filesystem()
+    prefix = server.prefix
+    upload(fs, exports / "1", f"{prefix}/1")
+    assert poll(server.ready, 180, 0.25), server.logs()
+    store.stop()
+    try:
+        assert poll(lambda: f"listing {server.url} failed" in server.logs(), 60, 0.5), server.logs()
+        for _ in range(5):  # the loaded version keeps serving while the store is down
+            assert server.predict() == 1
+            assert server.ready()
+    finally:
+        store.start()
+    fs = store.filesystem()
+    upload(fs, exports / "2", f"{prefix}/2")  # moto starts empty again; the emulator keeps files
+    assert poll(lambda: server.predict() == 2, 180, 0.5), server.logs()
+    assert "can be listed again" in server.logs()
