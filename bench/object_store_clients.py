@@ -34,7 +34,7 @@ GCS's XML API, which gcp-storage-emulator does not serve: that arm is run
 anyway and its error is recorded, not replaced by a number.
 
 Writes OUT/object_store.json (default docs/bench/) and prints a Markdown
-table. Needs the bench venv (`make .venv-bench`; requirements/bench.lock).
+table. Needs the bench venv (requirements/bench.lock): `make bench-object-store` runs it there.
 """
 
 # The clients, the emulators and packaging are imported late: only the bench venv has them.
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -635,6 +636,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: What the driver itself needs besides the arms' modules.
+NEEDED = ("boto3", "moto.server", "gcp_storage_emulator", "packaging.requirements")
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a missing parent package
+        return False
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.object_store_clients",
@@ -660,10 +672,12 @@ def main(argv: list[str]) -> int:
         expected = json.loads(sys.stdin.read())
         print(json.dumps(worker(arm, args.url, args.lists, args.dest, expected)))
         return 0
-    try:
-        import moto  # noqa: F401 (probe: the bench venv has it)
-    except ImportError:
-        parser.error("needs the bench venv: make .venv-bench, then .venv-bench/bin/python -m ...")
+    missing = [m for m in sorted({*(a.module for a in ARMS), *NEEDED}) if not _importable(m)]
+    if missing:
+        parser.error(
+            f"{', '.join(missing)} missing: this needs the bench venv"
+            " (requirements/bench.lock); run make bench-object-store"
+        )
     # A SIGTERM unwinds like Ctrl-C, so the emulators are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     data = run(args)

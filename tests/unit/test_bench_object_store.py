@@ -1,7 +1,7 @@
 """bench/object_store_clients.py's model, analysis and table, on made-up runs.
 
 The benchmark itself needs the bench venv (moto, gcp-storage-emulator and the
-clients; `make .venv-bench`): these check its arithmetic, never a timing.
+clients; `make bench-object-store`): these check its arithmetic, never a timing.
 """
 
 from __future__ import annotations
@@ -108,3 +108,13 @@ def test_nonpositive_counts_are_refused(
         osc.main(args)
     assert exited.value.code == 2
     assert "must be positive" in capsys.readouterr().err
+
+
+def test_outside_the_bench_venv_it_names_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(osc, "_importable", lambda module: module != "s3fs")
+    with pytest.raises(SystemExit) as exited:
+        osc.main([])
+    assert exited.value.code == 2
+    assert "s3fs missing: this needs the bench venv" in capsys.readouterr().err
