@@ -97,6 +97,10 @@ $(BENCH_VENV)/bin/python: requirements/bench.lock
 bench: image-cpu $(BENCH_VENV)/bin/python ## run the benchmarks and regenerate docs/bench (about an hour; see bench/run.py)
 	$(BENCH_VENV)/bin/python -m bench.run
 
+.PHONY: bench-object-store
+bench-object-store: $(BENCH_VENV)/bin/python ## object-store clients against local S3/GCS emulators, no image (docs/bench/object_store.json)
+	$(BENCH_VENV)/bin/python -m bench.object_store_clients
+
 # Extra arguments for the soak, e.g. `make soak SOAK_ARGS="--duration 1800"`.
 SOAK_ARGS ?=
 
