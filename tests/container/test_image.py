@@ -276,8 +276,9 @@ def test_runtime_image_is_lean(containers: Containers) -> None:
     assert ran.stdout == ""
 
 
-#: Uncompressed size targets: the CUDA libraries are about 4 GB of the CUDA image.
-IMAGE_SIZE_LIMIT = {"cpu": 1.5e9, "gpu": 7e9}
+#: Uncompressed size targets: the CUDA libraries are about 4 GB of the CUDA image;
+#: the object-store clients (s3fs, gcsfs and theirs) about 70 MB of each (docs/images.md).
+IMAGE_SIZE_LIMIT = {"cpu": 1.6e9, "gpu": 7e9}
 
 
 def test_image_size_within_target(

@@ -328,6 +328,9 @@ class Manager(Models):
             code = Code.UNKNOWN
             if isinstance(err, OSError) and err.errno is not None:
                 code = repository.error_code(err)
+                message = f"loading {version.path} failed: {repository.describe(err)}"
+            with self._lock:
+                version.local = None  # its copy (if any) is deleted at the next sync
             return self._failed(model, version, message, code, seconds)
         seconds = time.monotonic() - started
         with self._lock:

@@ -391,7 +391,9 @@ class ObjectStores:
             raise
         objects: dict[str, Obj] = {}
         for path, info in found.items():
-            relative = path[len(root) :].lstrip("/")
+            if not path.startswith(f"{root}/"):
+                continue  # (a client that matches `models/m2` for `models/m`)
+            relative = path[len(root) + 1 :]
             if relative and info.get("type", "file") != "directory" and not relative.endswith("/"):
                 objects[relative] = (int(info.get("size") or 0), _tag(info))
         return objects
