@@ -143,10 +143,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("model_name", "the model to serve (ignored with --model_config_file)",
          aliases=("model-name",), env=ENV_MODEL_NAME, default=DEFAULT_MODEL_NAME),
     Flag("model_base_path", "TF Serving's meaning: the model's own directory, holding "
-         "VERSION/saved_model.pb (ignored with --model_config_file)",
+         "VERSION/saved_model.pb, or an s3:// or gs:// URL (docs/object-storage.md; "
+         "ignored with --model_config_file)",
          default="MODEL_BASE_PATH/MODEL_NAME"),
-    Flag("model-base-path", "the directory holding MODEL_NAME/VERSION/saved_model.pb (as "
-         "TF Serving's image reads MODEL_BASE_PATH); not with --model_base_path",
+    Flag("model-base-path", "the directory (or s3:// or gs:// URL) holding "
+         "MODEL_NAME/VERSION/saved_model.pb (as TF Serving's image reads MODEL_BASE_PATH); "
+         "not with --model_base_path",
          env=ENV_MODEL_BASE_PATH, default=DEFAULT_MODEL_BASE_PATH, tf_serving=False),
     Flag("model_config_file", "TF Serving's model config file (text ModelServerConfig): "
          "serve every model it lists, instead of --model_name",

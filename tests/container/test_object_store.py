@@ -184,3 +184,19 @@ def test_a_store_that_stops_and_comes_back(exports: Path, store: Emulator, serve
     upload(fs, exports / "2", f"{prefix}/2")  # moto starts empty again; the emulator keeps files
     assert poll(lambda: server.predict() == 2, 180, 0.5), server.logs()
     assert "can be listed again" in server.logs()
+
+
+def test_a_store_that_is_down_at_start_up(exports: Path, store: Emulator, server: Server) -> None:
+    """The server starts while the store is down: not ready (alive), the failure logged;
+    once the store answers and holds a version, it serves."""
+    store.stop()
+    try:
+        assert poll(lambda: f"listing {server.url} failed" in server.logs(), 60, 0.5)
+        assert not server.ready()
+        assert httpx2.get(f"{server.rest}/healthz", timeout=5).status_code == 200
+    finally:
+        store.start()
+    upload(store.filesystem(), exports / "1", f"{server.prefix}/1")
+    # The listing backs off (1, 2, 4 ... s) while the store was down: within a minute.
+    assert poll(server.ready, 180, 0.25), server.logs()
+    assert server.predict() == 1

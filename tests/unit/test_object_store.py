@@ -20,11 +20,12 @@ from tests.object_stores import Emulator, put_files, running
 from tests.unit.test_serving_lifecycle import Fake, served, states
 from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.core import object_store as store
+from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_cache import ModelCache
-from tf_entrypoint.serving.core.model_specs import ModelSpec, ServingConfig, StoreURL
+from tf_entrypoint.serving.core.model_specs import All, ModelSpec, ServingConfig, StoreURL
 from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING
 
@@ -140,6 +141,33 @@ def test_a_graph_without_variables_needs_no_checkpoint_unless_it_restores_one() 
     assert not store.restores_checkpoint(b"meta_graphs { }", "saved_model.pbtxt")
 
 
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (FileNotFoundError("The specified bucket does not exist"), "NOT_FOUND"),
+        (PermissionError("Access Denied"), "PERMISSION_DENIED"),
+        (RuntimeError("An error occurred (AccessDenied) when calling ListObjectsV2"),
+         "PERMISSION_DENIED"),
+        (RuntimeError("403 Forbidden: caller does not have storage.objects.list"),
+         "PERMISSION_DENIED"),
+        (RuntimeError("An error occurred (NoSuchBucket) when calling ListObjectsV2"), "NOT_FOUND"),
+        (RuntimeError("Could not connect to the endpoint URL"), "UNAVAILABLE"),
+        (RuntimeError("Read timed out"), "DEADLINE_EXCEEDED"),
+        (RuntimeError("something else"), "UNKNOWN"),
+        (OSError(errno.ENOSPC, "the cache is full", "/tmp/c"), "RESOURCE_EXHAUSTED"),
+    ],
+)  # fmt: skip
+def test_a_client_error_gets_the_status_code_tensorflow_would_give(
+    error: Exception, code: str
+) -> None:
+    """Denied access, a missing bucket, a store that is down: each keeps the client's
+    words and gets its canonical code for the status API and the log."""
+    found = store.as_os_error(error, "s3://b/m")
+    assert repository.error_code(found).name == code
+    words = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    assert words in repository.describe(found)
+
+
 def test_the_cache_is_bounded_and_removes_what_no_live_server_holds(tmp_path: Path) -> None:
     cache = ModelCache(tmp_path / "cache", limit=1000)
     url = StoreURL("s3", "b", "m/1")
@@ -159,6 +187,7 @@ def test_the_cache_is_bounded_and_removes_what_no_live_server_holds(tmp_path: Pa
     stale = tmp_path / "cache" / "tfe-cache-crashed"
     stale.mkdir()
     (stale / ".lock").touch()
+    os.utime(stale / ".lock", (0, 0))  # long ago (a just-made folder is left alone)
     ModelCache(tmp_path / "cache").reserve(url, 1)
     assert not stale.exists()
     assert first.is_dir()
@@ -345,6 +374,26 @@ def test_the_manager_swaps_versions_from_a_store_and_deletes_the_copies(
     manager.close()
     assert not any(p.exists() for p in loaded)
     assert os.listdir(tmp_path / "cache") == []
+
+
+def test_with_policy_all_a_version_removed_from_the_store_is_unloaded(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    fs = emulator.filesystem()
+    stores = ObjectStores(ModelCache(tmp_path / "cache"), env=emulator.env, settle=0)
+    manager = Manager(lambda d, v: Fake(v), Metrics(), metadata.rest_answer, stores=stores)
+    base = url_of(emulator, "all/m")
+    manager.apply(ServingConfig((ModelSpec("m", base, All()),)), initial=True)
+    put_files(fs, "models/all/m/1", version_files())
+    put_files(fs, "models/all/m/2", version_files())
+    assert manager.initial_load(30, lambda: False) == ""
+    assert states(manager) == {1: AVAILABLE, 2: AVAILABLE}
+    fs.rm("models/all/m/1", recursive=True)
+    assert manager.sync() == []
+    assert states(manager) == {1: END, 2: AVAILABLE}
+    manager.sync()
+    assert len(os.listdir(next((tmp_path / "cache").iterdir()))) == 2  # the lock and version 2
+    manager.close()
 
 
 def test_a_version_that_cannot_be_copied_fails_its_load_and_keeps_the_old_one(

@@ -702,17 +702,18 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     """The control thread failing on a bug must not leave a server that answers
     /healthz 200 while nothing updates its models: it exits 1, saying why."""
     from tf_entrypoint.serving import main as server  # noqa: PLC0415
-    from tf_entrypoint.serving.core.manager import Manager  # noqa: PLC0415
+    from tf_entrypoint.serving.core import manager as manager_module  # noqa: PLC0415
 
     export(tmp_path)
 
-    def bug(self: Manager) -> None:
+    def bug(models: object) -> None:
         raise KeyError("a bug")
 
     monkeypatch.setattr(
         server, "tensorflow_loader", lambda *conf: lambda directory, version: HalfPlusTwo()
     )
-    monkeypatch.setattr(Manager, "_warn_labels", bug)  # runs right after start-up
+    # The labels' warnings run right after start-up, on the manager's thread.
+    monkeypatch.setattr(manager_module, "warn_unavailable_labels", bug)
     frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
     monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))
     with socket.socket() as probe:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +24,8 @@ log = logging.getLogger("tf_entrypoint.serving")
 
 #: Where local copies go by default (below $TMPDIR, writable in the images).
 DEFAULT_CACHE_DIR = Path(tempfile.gettempdir()) / "tf-entrypoint-models"
+#: A cache folder younger than this is never removed as stale (made, not locked yet).
+_YOUNG_SECONDS = 10.0
 
 
 class ModelCache:
@@ -61,6 +64,8 @@ class ModelCache:
     def _remove_stale(self) -> None:
         for entry in self.root.glob("tfe-cache-*"):
             try:
+                if time.time() - (entry / ".lock").stat().st_mtime < _YOUNG_SECONDS:
+                    continue  # just made: its server may not hold the lock yet
                 fd = os.open(entry / ".lock", os.O_RDWR)
             except OSError:
                 continue  # not ours, or being made right now

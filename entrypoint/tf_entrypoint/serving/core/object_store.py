@@ -211,7 +211,7 @@ _WORDS = (
     (("AccessDenied", "Forbidden", "403", "401", "InvalidAccessKeyId", "SignatureDoes"),
      errno.EACCES),
     (("Timeout", "timed out"), errno.ETIMEDOUT),
-    (("Connect", "connection", "Connection"), errno.ECONNREFUSED),
+    (("connect", "Connect"), errno.ECONNREFUSED),
 )  # fmt: skip
 
 
