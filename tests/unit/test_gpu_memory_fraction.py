@@ -234,18 +234,6 @@ def test_tf_gpu_memory_alloc_caps_say_so_in_explain() -> None:
 
 
 @pytest.fixture
-def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, ...], dict[str, str]]]:
-    calls: list[tuple[tuple[str, ...], dict[str, str]]] = []
-
-    def hand_off(argv: tuple[str, ...], env: dict[str, str]) -> int:
-        calls.append((argv, env))
-        return 0
-
-    monkeypatch.setattr(cli, "hand_off", hand_off)
-    return calls
-
-
-@pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Two GPUs as NVML reports them (a fake driver tree, fake NVML); 2 CPUs."""
     for name in ("TF_GPU_MEMORY_ALLOC", "TF_FORCE_GPU_ALLOW_GROWTH", "CUDA_VISIBLE_DEVICES",

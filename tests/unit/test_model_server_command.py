@@ -114,18 +114,6 @@ def test_ours_is_recognised_by_its_content(tmp_path: Path) -> None:
     assert find_command("nothing-here", path) is None
 
 
-@pytest.fixture
-def handed_off(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, ...], dict[str, str]]]:
-    calls: list[tuple[tuple[str, ...], dict[str, str]]] = []
-
-    def hand_off(argv: tuple[str, ...], env: dict[str, str]) -> int:
-        calls.append((argv, env))
-        return 0
-
-    monkeypatch.setattr(cli, "hand_off", hand_off)
-    return calls
-
-
 def environment(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     for name in ("TF_INTRA_OP_PARALLELISM_THREADS", "TF_NUM_INTRAOP_THREADS",
                  "TF_INTER_OP_PARALLELISM_THREADS", "TF_NUM_INTEROP_THREADS",

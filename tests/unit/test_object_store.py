@@ -222,6 +222,13 @@ def stores_for(emulator: Emulator, tmp_path: Path, clock: Clock | None = None) -
     return ObjectStores(ModelCache(tmp_path / "cache"), env=emulator.env, clock=clock or Clock())
 
 
+def listed(stores: ObjectStores, base: StoreURL) -> list[int]:
+    """The versions a listing of `base` finds complete (it must be listable)."""
+    listing = stores.scan(base)
+    assert listing is not None
+    return sorted(listing.versions)
+
+
 def url_of(emulator: Emulator, key: str) -> StoreURL:
     found = store.parse_url(emulator.url(key))
     assert found is not None
@@ -236,14 +243,10 @@ def test_a_version_is_listed_once_complete_and_settled_then_copied(
     stores = stores_for(emulator, tmp_path, clock)
     base = url_of(emulator, "settle/m")
     put_files(fs, "models/settle/m/7", version_files())
-    listing = stores.scan(base)
-    assert listing is not None
-    assert listing.versions == {}
+    assert listed(stores, base) == []
     assert "changed less than 1 s ago" in stores.problem(base)
     clock.now += 1.0
-    listing = stores.scan(base)
-    assert listing is not None
-    assert list(listing.versions) == [7]
+    assert listed(stores, base) == [7]
     identity = stores.identity(base / "7")
     local = stores.fetch(base / "7")
     assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == [
@@ -253,9 +256,7 @@ def test_a_version_is_listed_once_complete_and_settled_then_copied(
     assert (local / "saved_model.pb").read_bytes() == TF2_GRAPH
     # A changed file is a new identity, and settles again before it counts.
     put_files(fs, "models/settle/m/7", {"assets/vocab.txt": b"a\nb\nc\n"})
-    listing = stores.scan(base)
-    assert listing is not None
-    assert listing.versions == {}
+    assert listed(stores, base) == []
     clock.now += 1.0
     assert stores.scan(base) is not None
     assert stores.identity(base / "7") != identity
@@ -279,19 +280,13 @@ def test_an_upload_in_either_order_is_never_listed_half_done(
     put_files(fs, prefix, halves[0])
     for _ in range(3):  # however long the second half takes
         clock.now += 5
-        listing = stores.scan(base)
-        assert listing is not None
-        assert listing.versions == {}
+        assert listed(stores, base) == []
     expected = "saved_model.pb" if first == "checkpoint" else "variables/variables.index"
     assert f"version 1: {expected} is not there yet" in stores.problem(base)
     put_files(fs, prefix, halves[1])
-    listing = stores.scan(base)
-    assert listing is not None
-    assert listing.versions == {}
+    assert listed(stores, base) == []
     clock.now += 1
-    listing = stores.scan(base)
-    assert listing is not None
-    assert list(listing.versions) == [1]
+    assert listed(stores, base) == [1]
     stores.close()
 
 
@@ -305,9 +300,7 @@ def test_a_graph_that_restores_nothing_is_complete_alone(
     base = url_of(emulator, "novars/m")
     stores.scan(base)
     clock.now += 1
-    listing = stores.scan(base)
-    assert listing is not None
-    assert list(listing.versions) == [1]
+    assert listed(stores, base) == [1]
     stores.close()
 
 

@@ -149,7 +149,7 @@ def s3_options(env: Mapping[str, str]) -> dict[str, Any]:
         client["endpoint_url"] = endpoint
     if env.get("S3_VERIFY_SSL", "1").strip().lower() in FALSE_WORDS:
         client["verify"] = False
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or env.get("S3_REGION")
     if region:
         client["region_name"] = region
     options: dict[str, Any] = {
