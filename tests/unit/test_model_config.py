@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tf_entrypoint.serving.config import PlannedCpus, UsageError, parse_config
 from tf_entrypoint.serving.config.model_config import (
     ConfigError,
+    config_from_message,
     parse_model_config,
     read_model_config,
 )
@@ -323,6 +324,19 @@ def test_object_store_urls_are_model_paths(tmp_path: Path, url: str, where: Stor
     path = write(tmp_path, f"model_config_list {{ config {{ name: 'a' base_path: '{url}' }} }}")
     config = parse_config([f"--model_config_file={path}"], {}, budget=budget)
     assert config.models.models[0].base_path == where
+
+
+def test_a_reload_request_takes_object_store_urls_and_refuses_other_schemes() -> None:
+    """HandleReloadConfigRequest's config (gRPC: INVALID_ARGUMENT for a ConfigError)."""
+    from tensorflow_serving.config import model_server_config_pb2  # noqa: PLC0415
+
+    message = model_server_config_pb2.ModelServerConfig()
+    config = message.model_config_list.config.add(name="m", base_path="s3://b/models/m")
+    wanted = config_from_message(message, origin="ReloadConfigRequest", base_dir=Path("/"))
+    assert wanted.models[0].base_path == StoreURL("s3", "b", "models/m")
+    config.base_path = "ftp://host/models/m"
+    with pytest.raises(ConfigError, match=r"'ftp://host/models/m': ftp:// is not a model store"):
+        config_from_message(message, origin="ReloadConfigRequest", base_dir=Path("/"))
 
 
 def test_other_urls_are_refused_at_start_naming_them(tmp_path: Path) -> None:
