@@ -411,14 +411,15 @@ class ObjectStores:
         if now < watch.retry_at:
             return None
         try:
-            objects = self._list(base)
+            # (a version whose graph must be read to judge it reads it here too)
+            listing = self._versions(base, watch, self._list(base), now)
         except Exception as err:  # noqa: BLE001 - any client error: logged, retried
             self._listing_failed(base, watch, as_os_error(err, str(base)))
             return None
         if watch.failures:
             log.info("%s can be listed again (after %d failed tries)", base, watch.failures)
         watch.failures, watch.retry_at = 0, 0.0
-        return self._versions(base, watch, objects, now)
+        return listing
 
     def _listing_failed(self, base: StoreURL, watch: _Watch, err: OSError) -> None:
         watch.failures += 1
