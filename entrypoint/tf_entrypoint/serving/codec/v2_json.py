@@ -142,10 +142,7 @@ def _input(
     if not isinstance(datatype, str):
         raise invalid_argument(f"input '{name}' needs a 'datatype' string, not {quote(datatype)}")
     v2_tensor.datatype(datatype)
-    spec = signature_inputs.get(name)
-    if spec is not None:
-        v2_tensor.check_datatype(name, datatype, spec)
-        v2_tensor.check_shape(name, shape, spec)
+    v2_tensor.check_input(name, datatype, shape, signature_inputs.get(name))
     parameters = _parameters(f"input '{name}'", item.get("parameters"))
     size = parameters.get("binary_data_size")
     if size is None:
@@ -274,12 +271,8 @@ def model_metadata(name: str, versions: Sequence[int], signature: Signature) -> 
 
 def _tensor_metadata(specs: Mapping[str, TensorSpec]) -> list[dict[str, Any]]:
     return [
-        {
-            "name": key,
-            "datatype": v2_tensor.v2_datatype(spec.dtype),
-            "shape": [-1] if spec.shape is None else list(spec.shape),
-        }
-        for key, spec in sorted(specs.items())
+        {"name": key, "datatype": datatype, "shape": shape}
+        for key, datatype, shape in v2_tensor.tensor_metadata(specs)
     ]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 import math
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +159,23 @@ def check_shape(name: str, shape: Sequence[int], spec: TensorSpec) -> None:
             f"input '{name}' has shape {format_shape(shape)}; the signature expects "
             f"{format_shape(spec.shape)}"
         )
+
+
+def check_input(name: str, v2_name: str, shape: Sequence[int], spec: TensorSpec | None) -> None:
+    """An input's datatype and shape against its signature's (None: the signature has
+    no such input, which the core reports with every unknown name)."""
+    if spec is not None:
+        check_datatype(name, v2_name, spec)
+        check_shape(name, shape, spec)
+
+
+def tensor_metadata(specs: Mapping[str, TensorSpec]) -> list[tuple[str, str, list[int]]]:
+    """(name, datatype, shape) of each tensor, by name, for model metadata: an unknown
+    rank is the shape [-1], as Triton writes it."""
+    return [
+        (key, v2_datatype(spec.dtype), [-1] if spec.shape is None else list(spec.shape))
+        for key, spec in sorted(specs.items())
+    ]
 
 
 def element_count(name: str, shape: Any) -> int:

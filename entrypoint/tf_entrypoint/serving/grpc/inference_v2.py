@@ -57,10 +57,7 @@ def _inputs(request: Any, signature: p.Signature, limit: int) -> dict[str, p.Ten
         name, datatype, shape = tensor.name, tensor.datatype, tuple(tensor.shape)
         if name in tensors:
             raise invalid_argument(f"input {p.quote(name)} is given twice")
-        spec = signature.inputs.get(name)
-        if spec is not None:
-            v2_tensor.check_datatype(name, datatype, spec)
-            v2_tensor.check_shape(name, shape, spec)
+        v2_tensor.check_input(name, datatype, shape, signature.inputs.get(name))
         if raw:
             if tensor.HasField("contents"):
                 raise invalid_argument(
@@ -134,12 +131,8 @@ class InferenceService:
             )
             for specs, target in ((signature.inputs, response.inputs),
                                   (signature.outputs, response.outputs)):  # fmt: skip
-                for key, spec in sorted(specs.items()):
-                    target.add(
-                        name=key,
-                        datatype=v2_tensor.v2_datatype(spec.dtype),
-                        shape=[-1] if spec.shape is None else list(spec.shape),
-                    )
+                for key, datatype, shape in v2_tensor.tensor_metadata(specs):
+                    target.add(name=key, datatype=datatype, shape=shape)
             return response
 
         return await self.h.call(
