@@ -162,6 +162,7 @@ class Manager(Models):
         # NFS or FUSE a listing or a stat can take seconds, and requests
         # (lease, check, status, readiness) must not wait for it.
         listing = self._sources.scan(spec.base_path)
+        model.listed = frozenset() if listing is None else frozenset(listing.versions)
         if listing is None:
             if not model.warned_unlistable and not self._sources.logs_its_failures(spec.base_path):
                 log.warning(
@@ -402,10 +403,11 @@ class Manager(Models):
                 retrying = True
                 continue
             spec = model.spec
-            listing = self._sources.scan(spec.base_path)
-            why = self._sources.problem(spec.base_path)
-            found = {} if listing is None else listing.versions
+            # What the sync just before found: listing again here would double the
+            # I/O of every start-up round (a LIST per poll for a store).
+            found = model.listed
             if not found:
+                why = self._sources.problem(spec.base_path)
                 problems.append(
                     f"no version of model {spec.name!r} appeared in {spec.base_path} within "
                     f"{waited:g} s (expected {spec.base_path}/<version>/saved_model.pb"

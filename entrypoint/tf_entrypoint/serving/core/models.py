@@ -120,6 +120,8 @@ class Model:
         self.warned_unlistable = False
         #: Directories ignored for a version number beyond int64 (logged once each).
         self.too_large: tuple[str, ...] = ()
+        #: The versions its last listing found (empty: none, or it could not be listed).
+        self.listed: frozenset[int] = frozenset()
 
 
 class Models:
