@@ -129,10 +129,19 @@ def serving(
         remove(container)
 
 
-def swap_in(model_dir: Path, library_version: Path, version: int) -> None:
-    """Copy an export beside the model, then rename it into place (the atomic way)."""
+#: A saved_model.pb that TensorFlow cannot parse (a version whose load fails).
+BROKEN_GRAPH = b"\x08\x01 truncated"
+
+
+def swap_in(
+    model_dir: Path, library_version: Path, version: int, *, graph: bytes | None = None
+) -> None:
+    """Copy an export beside the model, then rename it into place (the atomic way);
+    `graph`: the saved_model.pb's bytes instead of the export's."""
     staged = model_dir / f".staged-{version}"
     shutil.copytree(library_version, staged)
+    if graph is not None:
+        (staged / "saved_model.pb").write_bytes(graph)
     staged.rename(model_dir / str(version))
 
 
@@ -223,10 +232,7 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5",
         "--max_num_load_retries", "0",
     ) as server:  # fmt: skip
-        broken = models / "plus" / ".staged-2"
-        shutil.copytree(library / "plus" / "2", broken)
-        (broken / "saved_model.pb").write_bytes(b"\x08\x01 truncated")
-        broken.rename(models / "plus" / "2")
+        swap_in(models / "plus", library / "plus" / "2", 2, graph=BROKEN_GRAPH)
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         status = {v["version"]: v for v in server.get("/v1/models/plus").json()[
             "model_version_status"
@@ -257,10 +263,7 @@ def test_a_broken_version_is_retried_on_a_timer_then_fails(
         containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
         "--max_num_load_retries=2", "--load_retry_interval_micros=1000000",
     ) as server:  # fmt: skip
-        broken = models / "plus" / ".staged-2"
-        shutil.copytree(library / "plus" / "2", broken)
-        (broken / "saved_model.pb").write_bytes(b"\x08\x01 truncated")
-        broken.rename(models / "plus" / "2")
+        swap_in(models / "plus", library / "plus" / "2", 2, graph=BROKEN_GRAPH)
         assert poll(lambda: "retry 1 of 2" in server.logs(), 60), server.logs()
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
         if "retry 2 of 2" not in server.logs():  # still between two attempts
