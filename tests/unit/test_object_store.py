@@ -24,7 +24,7 @@ from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.core.model_cache import ModelCache
+from tf_entrypoint.serving.core.model_cache import DIRECTORY_LOCK, ModelCache
 from tf_entrypoint.serving.core.model_specs import All, ModelSpec, ServingConfig, StoreURL
 from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING
@@ -366,7 +366,7 @@ def test_the_manager_swaps_versions_from_a_store_and_deletes_the_copies(
     assert [p.exists() for p in loaded] == [False, True]
     manager.close()
     assert not any(p.exists() for p in loaded)
-    assert os.listdir(tmp_path / "cache") == []
+    assert os.listdir(tmp_path / "cache") == [DIRECTORY_LOCK]  # (the directory's own lock)
 
 
 def test_with_policy_all_a_version_removed_from_the_store_is_unloaded(
@@ -385,7 +385,7 @@ def test_with_policy_all_a_version_removed_from_the_store_is_unloaded(
     assert manager.sync() == []
     assert states(manager) == {1: END, 2: AVAILABLE}
     manager.sync()
-    assert len(os.listdir(next((tmp_path / "cache").iterdir()))) == 2  # the lock and version 2
+    assert len(os.listdir(next((tmp_path / "cache").glob("tfe-cache-*")))) == 2  # lock, version 2
     manager.close()
 
 
