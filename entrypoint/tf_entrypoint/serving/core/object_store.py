@@ -595,9 +595,8 @@ def unsafe_name(name: str) -> str | None:
     for segment in name.split("/"):
         if segment in ("", ".", ".."):
             shown = "an empty" if not segment else f"a '{segment}'"
-            return (
-                f"its path below the version has {shown} segment (it would be written "
-                + ("outside the copy)" if segment == ".." else "elsewhere than it says)")
+            return f"its path below the version has {shown} segment (it would be written " + (
+                "outside the copy)" if segment == ".." else "elsewhere than it says)"
             )
     return None
 
