@@ -25,7 +25,11 @@ manager's work, on its one thread:
   so a version is copied into the cache (`--model-cache-dir`, default
   `$TMPDIR/tf-entrypoint-models`: writable with the images' read-only root),
   checked against the listing, loaded, and deleted once the version is
-  unloaded or its load failed. `--model-cache-bytes` bounds the cache; a
+  unloaded or its load failed. Each object goes to the path its name gives
+  below the version, so every name is checked first (:func:`check_names`:
+  no absolute path, no empty, `.` or `..` segment, no file that is also a
+  folder) and every target resolved inside the copy: a bucket's writer
+  cannot write outside the cache. `--model-cache-bytes` bounds the cache; a
   copy that would not fit (or does not fit the disk) fails its load with
   RESOURCE_EXHAUSTED naming the limit, before a byte is copied.
 
