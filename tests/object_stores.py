@@ -9,11 +9,14 @@ tests write to them with the same fsspec clients the server reads with.
 from __future__ import annotations
 
 import contextlib
+import html
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,3 +142,39 @@ def upload(
 def put_files(fs: Any, prefix: str, files: Mapping[str, bytes]) -> None:
     for name, data in files.items():
         fs.pipe_file(f"{prefix}/{name}", data)
+
+
+def put_raw(emulator: Emulator, key: str, data: bytes) -> None:
+    """Store one object under exactly `key` in bucket "models" ("m/2/../../x" too):
+    a bare HTTP request with the key percent-encoded whole, where a client (botocore,
+    gcsfs) might normalise `.`, `..` or `//` out of it first."""
+    if emulator.kind == "s3":
+        answer = httpx2.put(
+            f"{emulator.endpoint}/models/{urllib.parse.quote(key, safe='')}",
+            content=data,
+            timeout=30,
+        )
+    else:
+        answer = httpx2.post(
+            f"{emulator.endpoint}/upload/storage/v1/b/models/o",
+            params={"uploadType": "media", "name": key},
+            content=data,
+            timeout=30,
+        )
+    answer.raise_for_status()
+
+
+def stored_keys(emulator: Emulator, prefix: str) -> list[str]:
+    """The keys in bucket "models" below `prefix`, as the store's own listing API
+    gives them (to check that a hostile name was stored as written)."""
+    if emulator.kind == "s3":
+        answer = httpx2.get(
+            f"{emulator.endpoint}/models", params={"list-type": "2", "prefix": prefix}, timeout=30
+        )
+        answer.raise_for_status()
+        return [html.unescape(k) for k in re.findall(r"<Key>([^<]*)</Key>", answer.text)]
+    answer = httpx2.get(
+        f"{emulator.endpoint}/storage/v1/b/models/o", params={"prefix": prefix}, timeout=30
+    )
+    answer.raise_for_status()
+    return [item["name"] for item in answer.json().get("items", [])]

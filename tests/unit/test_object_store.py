@@ -11,20 +11,24 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.object_stores import Emulator, put_files, running
-from tests.unit.test_serving_lifecycle import Fake, served, states
+from tests.object_stores import Emulator, put_files, put_raw, running, stored_keys
+from tests.unit.test_serving_lifecycle import Fake, sample, served, states
 from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.core import object_store as store
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.core.model_cache import ModelCache
+from tf_entrypoint.serving.core.model_cache import DIRECTORY_LOCK, ModelCache
 from tf_entrypoint.serving.core.model_specs import All, ModelSpec, ServingConfig, StoreURL
 from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING
@@ -168,6 +172,43 @@ def test_a_client_error_gets_the_status_code_tensorflow_would_give(
     assert words in repository.describe(found)
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("../../../x", "a '..' segment (it would be written outside the copy)"),
+        ("variables/../../../../y", "a '..' segment"),
+        ("/box/z", "is absolute"),
+        ("./saved_model.pb", "a '.' segment"),
+        ("assets//vocab.txt", "an empty segment"),
+        ("assets/..", "a '..' segment"),
+        ("assets/a\0b", "NUL character"),
+        ("assets/..\\..\\w", None),  # a backslash is no separator on Linux: stays inside
+        ("assets/...", None),
+        ("variables/variables.index", None),
+    ],
+)
+def test_an_object_name_must_be_a_plain_path_inside_its_version(name: str, why: str | None) -> None:
+    found = store.unsafe_name(name)
+    assert found == why if why is None else why in (found or "")
+    url = StoreURL("s3", "models", "tr/2")
+    if why is None:
+        store.check_names(url, [name, "saved_model.pb"])
+        return
+    with pytest.raises(OSError, match="refusing to copy the version: object") as raised:
+        store.check_names(url, [name, "saved_model.pb"])
+    assert repr(f"s3://models/tr/2/{name}") in str(raised.value)
+    assert repository.error_code(raised.value).name == "INVALID_ARGUMENT"
+
+
+def test_an_object_that_is_both_a_file_and_a_folder_is_named() -> None:
+    url = StoreURL("s3", "models", "tr/2")
+    with pytest.raises(OSError, match=r"'s3://models/tr/2/variables': it is a file and also a"):
+        store.check_names(url, ["variables", "variables/variables.index", "saved_model.pb"])
+    with pytest.raises(OSError, match=r"'s3://models/tr/2/a/b': it is a file and also a"):
+        store.check_names(url, ["a/b", "a/b/c/d"])
+    store.check_names(url, ["a/b", "a/bc", "a/b.d/e"])
+
+
 def test_the_cache_is_bounded_and_removes_what_no_live_server_holds(tmp_path: Path) -> None:
     cache = ModelCache(tmp_path / "cache", limit=1000)
     url = StoreURL("s3", "b", "m/1")
@@ -186,8 +227,7 @@ def test_the_cache_is_bounded_and_removes_what_no_live_server_holds(tmp_path: Pa
     # ... and removes a crashed one's (nobody holds its lock).
     stale = tmp_path / "cache" / "tfe-cache-crashed"
     stale.mkdir()
-    (stale / ".lock").touch()
-    os.utime(stale / ".lock", (0, 0))  # long ago (a just-made folder is left alone)
+    (stale / ".lock").touch()  # (made now: its age does not matter, its lock does)
     ModelCache(tmp_path / "cache").reserve(url, 1)
     assert not stale.exists()
     assert first.is_dir()
@@ -366,7 +406,7 @@ def test_the_manager_swaps_versions_from_a_store_and_deletes_the_copies(
     assert [p.exists() for p in loaded] == [False, True]
     manager.close()
     assert not any(p.exists() for p in loaded)
-    assert os.listdir(tmp_path / "cache") == []
+    assert os.listdir(tmp_path / "cache") == [DIRECTORY_LOCK]  # (the directory's own lock)
 
 
 def test_with_policy_all_a_version_removed_from_the_store_is_unloaded(
@@ -385,7 +425,7 @@ def test_with_policy_all_a_version_removed_from_the_store_is_unloaded(
     assert manager.sync() == []
     assert states(manager) == {1: END, 2: AVAILABLE}
     manager.sync()
-    assert len(os.listdir(next((tmp_path / "cache").iterdir()))) == 2  # the lock and version 2
+    assert len(os.listdir(next((tmp_path / "cache").glob("tfe-cache-*")))) == 2  # lock, version 2
     manager.close()
 
 
@@ -408,3 +448,176 @@ def test_a_version_that_cannot_be_copied_fails_its_load_and_keeps_the_old_one(
     assert status[2].error_code == "RESOURCE_EXHAUSTED"
     assert LOADING not in states(manager).values()
     manager.close()
+
+
+# ----------------------------------------------------------------------
+# Object names that would be written outside the model cache
+
+
+#: Each hostile name (below version 2) with the stores that keep it as written
+#: (gcp-storage-emulator refuses `..` in names, and a name that is both a file and a
+#: folder: it keeps objects as files on disk).
+HOSTILE = {
+    "up": ("../../../x", ("s3",)),
+    "up-from-variables": ("variables/../../../../y", ("s3",)),
+    "absolute": ("/{box}/z", ("s3", "gs")),
+    "dot": ("./assets/dot", ("s3", "gs")),
+    "double-slash": ("assets//double", ("s3", "gs")),
+    "file-and-folder": ("variables", ("s3",)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(HOSTILE))
+def test_an_object_name_that_leaves_the_copy_fails_its_version_and_writes_nothing(
+    emulator: Emulator, tmp_path: Path, shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Version 2 holds a whole model plus one object named to escape the cache
+    (`--model-cache-dir=BOX/cache`: `2/../../../x` would be BOX/x, `2//BOX/z` BOX/z):
+    its load fails naming the object, version 1 keeps serving, nothing is written
+    outside the cache, and the failure is counted."""
+    template, kinds = HOSTILE[shape]
+    if emulator.kind not in kinds:
+        pytest.skip(f"{emulator.kind}'s emulator cannot hold the name {template!r}")
+    box = tmp_path / "box"
+    name = template.format(box=str(box).strip("/"))
+    fs = emulator.filesystem()
+    metrics = Metrics()
+    stores = ObjectStores(ModelCache(box / "cache"), env=emulator.env, settle=0)
+    manager = Manager(lambda d, v: Fake(v), metrics, metadata.rest_answer, stores=stores)
+    base = url_of(emulator, f"hostile-{shape}/tr")
+    manager.apply(ServingConfig((ModelSpec("m", base),)), initial=True)
+    put_files(fs, f"models/hostile-{shape}/tr/1", version_files())
+    assert manager.initial_load(30, lambda: False) == ""
+    put_files(fs, f"models/hostile-{shape}/tr/2", version_files())
+    key = f"hostile-{shape}/tr/2/{name}"
+    put_raw(emulator, key, b"written by whoever can write to the bucket")
+    assert key in stored_keys(emulator, f"hostile-{shape}/"), "the store changed the name"
+    caplog.set_level(logging.INFO, "tf_entrypoint.serving")
+    errors = manager.sync()
+    assert len(errors) == 1, errors
+    assert repr(f"{emulator.kind}://models/{key}") in errors[0]
+    assert (served(manager), states(manager)) == (1, {2: END, 1: AVAILABLE})
+    status = {s.version: s for s in manager.status(p.Route("status", "m"))}
+    assert status[2].error_code == "INVALID_ARGUMENT"
+    assert repr(f"{emulator.kind}://models/{key}") in status[2].error_message
+    assert sample(metrics, "serving_model_loads_total", model="m", result="failure") == 1
+    assert f"models/{key}" in caplog.text
+    written = sorted(p.relative_to(box).as_posix() for p in box.rglob("*") if p.is_file())
+    assert not [p for p in written if not p.startswith("cache/")], written
+    manager.close()
+    assert not [p for p in (box.rglob("*")) if p.is_file() and p.name != DIRECTORY_LOCK]
+
+
+# ----------------------------------------------------------------------
+# The sweep: every folder no running server holds, whatever its age
+
+#: A server's start in a child process: makes its cache folder and a 1 MiB copy
+#: in it (as a copy under way), says where, and waits to be killed.
+_SERVER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from tf_entrypoint.serving.core.model_cache import ModelCache
+    from tf_entrypoint.serving.core.model_specs import StoreURL
+
+    local = ModelCache(Path(sys.argv[1])).reserve(StoreURL("s3", "b", "m/1"), 1 << 20)
+    (local / "variables.data").write_bytes(b"x" * (1 << 20))
+    print(local.parent, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+class OtherServer:
+    """Another server's process sharing the cache directory: alive until killed."""
+
+    def __init__(self, root: Path) -> None:
+        entrypoint = Path(__file__).parents[2] / "entrypoint"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, str(root)],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(entrypoint)},
+        )
+        assert self.process.stdout is not None
+        self.folder = Path(self.process.stdout.readline().decode().strip())
+        assert self.folder.name.startswith("tfe-cache-"), self.folder
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+
+def folders(root: Path) -> list[Path]:
+    return sorted(root.glob("tfe-cache-*"))
+
+
+def test_a_copy_whose_server_was_killed_moments_ago_is_removed_at_start(tmp_path: Path) -> None:
+    """A server SIGKILLed during a copy, and a new one started at once on the same
+    directory: the new server's start (its first poll) removes the copy, however
+    young, before any copy of its own."""
+    root = tmp_path / "cache"
+    killed = OtherServer(root)
+    killed.kill()
+    assert folders(root) == [killed.folder]
+    manager = Manager(
+        lambda d, v: Fake(v), Metrics(), metadata.rest_answer, stores=ObjectStores(ModelCache(root))
+    )
+    manager.apply(ServingConfig(()), initial=True)
+    manager.sync()
+    assert folders(root) == []
+    manager.close()
+
+
+def test_every_poll_sweeps_and_keeps_what_a_live_server_holds(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    cache = ModelCache(root)
+    ours = cache.reserve(StoreURL("s3", "b", "m/1"), 1)
+    stores = ObjectStores(cache)
+    stores.keep_only([ours])
+    live = OtherServer(root)
+    try:
+        stores.keep_only([ours])  # a poll: the live server's folder is kept
+        assert folders(root) == sorted([ours.parent, live.folder])
+        killed = OtherServer(root)
+        killed.kill()
+        stores.keep_only([ours])  # the next poll: the killed one's is removed
+        assert folders(root) == sorted([ours.parent, live.folder])
+        assert not killed.folder.exists()
+    finally:
+        live.kill()
+    stores.keep_only([ours])
+    assert folders(root) == [ours.parent]
+    assert ours.is_dir()
+    stores.close()
+
+
+def test_a_folder_being_made_is_never_taken_for_a_dead_servers(tmp_path: Path) -> None:
+    """The race the cache directory's lock closes: a server holds that lock from
+    making its folder to locking it, so a sweep meanwhile leaves the folder alone
+    (it is swept once its maker is gone without ever locking it)."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    making = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import fcntl, os, sys, time
+            fd = os.open(os.path.join(sys.argv[1], sys.argv[2]), os.O_CREAT | os.O_RDWR)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.mkdir(os.path.join(sys.argv[1], "tfe-cache-being-made"))
+            print("made", flush=True)
+            time.sleep(600)
+            """
+        ), str(root), DIRECTORY_LOCK],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert making.stdout is not None
+    assert making.stdout.readline() == b"made\n"
+    cache = ModelCache(root)
+    try:
+        cache.keep_only([])
+        assert [f.name for f in folders(root)] == ["tfe-cache-being-made"]
+    finally:
+        making.kill()
+        making.wait(30)
+    cache.keep_only([])
+    assert folders(root) == []

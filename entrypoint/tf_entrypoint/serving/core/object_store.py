@@ -25,7 +25,11 @@ manager's work, on its one thread:
   so a version is copied into the cache (`--model-cache-dir`, default
   `$TMPDIR/tf-entrypoint-models`: writable with the images' read-only root),
   checked against the listing, loaded, and deleted once the version is
-  unloaded or its load failed. `--model-cache-bytes` bounds the cache; a
+  unloaded or its load failed. Each object goes to the path its name gives
+  below the version, so every name is checked first (:func:`check_names`:
+  no absolute path, no empty, `.` or `..` segment, no file that is also a
+  folder) and every target resolved inside the copy: a bucket's writer
+  cannot write outside the cache. `--model-cache-bytes` bounds the cache; a
   copy that would not fit (or does not fit the disk) fails its load with
   RESOURCE_EXHAUSTED naming the limit, before a byte is copied.
 
@@ -511,6 +515,7 @@ class ObjectStores:
         files = self._files.get(url)
         if files is None:
             raise OSError(errno.ENOENT, "not listed (yet)", str(url))
+        check_names(url, files)  # before a byte is written
         local = self.cache.reserve(url, sum(size for size, _ in files.values()))
         try:
             self._copy(url, files, local)
@@ -531,10 +536,14 @@ class ObjectStores:
         root = self._root(url)
         parts: list[tuple[str, Path, int, int]] = []
         for name, (size, _) in sorted(files.items()):
-            target = local / name
+            target = _target(local, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            with target.open("wb") as out:
-                out.truncate(size)
+            _target(local, name)  # (its folders made: no link leads out either)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
             parts.extend(
                 (f"{root}/{name}", target, start, min(size, start + PART_BYTES))
                 for start in range(0, size, PART_BYTES)
@@ -570,8 +579,69 @@ def _copy_part(fs: Any, remote: str, target: Path, start: int, end: int) -> None
             f"{len(data):,}): copied again on its next load",
             remote,
         )
-    with target.open("r+b") as out:
-        os.pwrite(out.fileno(), data, start)
+    fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.pwrite(fd, data, start)
+    finally:
+        os.close(fd)
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why the object at path `name` below its version cannot be written inside the
+    version's copy, or None. A name is a plain relative path: not absolute, no
+    empty, `.` or `..` segment (`a//b`, `./a`, `../x`), no NUL (no file name
+    holds one). A backslash is an ordinary character on Linux (it stays in the
+    copy)."""
+    if "\0" in name:
+        return "its name holds a NUL character, which no file name can"
+    if name.startswith("/"):
+        return "its path below the version is absolute (it would be written outside the copy)"
+    for segment in name.split("/"):
+        if segment in ("", ".", ".."):
+            shown = "an empty" if not segment else f"a '{segment}'"
+            return f"its path below the version has {shown} segment (it would be written " + (
+                "outside the copy)" if segment == ".." else "elsewhere than it says)"
+            )
+    return None
+
+
+def check_names(url: StoreURL, files: Iterable[str]) -> None:
+    """OSError (EINVAL, INVALID_ARGUMENT) naming the first object of version `url`
+    that cannot be written inside its copy (:func:`unsafe_name`), or that is both
+    a file and a folder (`variables` next to `variables/variables.index`)."""
+    names = sorted(files)
+    problems: list[str] = []
+    for name in names:
+        why = unsafe_name(name)
+        if why:
+            problems.append(f"object {f'{url}/{name}'!r}: {why}")
+    folders = {name.rsplit("/", 1)[0] for name in names if "/" in name}
+    parents = {"/".join(folder.split("/")[: i + 1]) for folder in folders
+               for i in range(folder.count("/") + 1)}  # fmt: skip
+    problems.extend(
+        f"object {f'{url}/{name}'!r}: it is a file and also a folder of other objects"
+        for name in names
+        if name in parents
+    )
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise OSError(
+            errno.EINVAL,
+            f"refusing to copy the version: {problems[0]}{more}; rename or delete the object",
+            str(url),
+        )
+
+
+def _target(local: Path, name: str) -> Path:
+    """Where object `name` goes in the copy `local`, checked to be inside it (a
+    second line of defence after :func:`check_names`)."""
+    root = os.path.realpath(local)
+    target = os.path.realpath(os.path.join(root, name))
+    if os.path.commonpath([root, target]) != root or target == root:
+        raise OSError(
+            errno.EINVAL, f"refusing to write {target!r}: outside the version's copy", name
+        )
+    return Path(target)
 
 
 def _identity(files: Mapping[str, Obj]) -> Identity:

@@ -160,6 +160,7 @@ _CODES = {
     errno.EACCES: Code.PERMISSION_DENIED,
     errno.EPERM: Code.PERMISSION_DENIED,
     errno.EROFS: Code.PERMISSION_DENIED,
+    errno.EINVAL: Code.INVALID_ARGUMENT,  # (an object key that is no plain path)
     errno.ENOENT: Code.NOT_FOUND,
     errno.ENODEV: Code.NOT_FOUND,
     errno.ENXIO: Code.NOT_FOUND,
