@@ -26,6 +26,13 @@ Numbers are part of the answers and are kept. Nothing is normalized except:
   so the sha256 is of the answer re-serialized deterministically (entries by
   key, also inside Any fields: grpc_client.canonical); its size and text
   format do not depend on that order.
+- TensorFlow's own words in an error (a REST body, a gRPC status's
+  message): its node annotation and a kernel library's wording depend on the
+  host (how TensorFlow rewrote the graph there, oneDNN or Eigen), so they are
+  recorded and compared as tests/tf_text.py's `tf_text` writes them, with
+  placeholders; `test_tensorflow_words_either_way` serves the graph under
+  each setting that decides them and compares those answers with the same
+  recording.
 - nothing else varies: the servers see their models at /models and gates at
   /gates whatever the host's temporary directory, the host's ports appear in
   no answer, and no answer carries a time. A gRPC status's trailing metadata
@@ -78,6 +85,7 @@ from tests.container.test_grpc import (
     server_container,
     serving,
 )
+from tests.tf_text import tf_text
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -115,8 +123,18 @@ def _shown(answer: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _hosts_alike(answer: dict[str, Any]) -> dict[str, Any]:
+    """`answer` with TensorFlow's host-dependent words in its error text normalized."""
+    return {
+        key: tf_text(value) if key in {"body", "message"} and isinstance(value, str) else value
+        for key, value in answer.items()
+    }
+
+
 def check(phase: str, got: dict[str, dict[str, Any]]) -> None:
-    """Record `got` as the phase's answers, or compare it with the recorded ones."""
+    """Record `got` as the phase's answers, or compare it with the recorded ones
+    (error texts normalized, as recorded: `_hosts_alike`)."""
+    got = {case: _hosts_alike(answer) for case, answer in got.items()}
     path = ANSWERS / f"{phase}.json"
     if RECORD:
         ANSWERS.mkdir(exist_ok=True)
@@ -349,6 +367,7 @@ def rest_cases() -> dict[str, tuple[Any, ...]]:
         "nan_as_string": ("POST", p, {"inputs": ["NaN"]}),
         "graph_refuses_shape": ("POST", "/v1/models/matmul:predict",
                                 {"instances": [[1.0, 2.0, 3.0]]}),
+        "graph_refuses_rank": ("POST", "/v1/models/matmul:predict", {"instances": [1.0, 2.0]}),
         "body_over_limit": ("POST", p, b'{"instances": [' + b"0," * MAX_BODY + b"0]}"),
         "classify_on_predict_signature": (
             "POST", f"{e}:classify", {"signature_name": "serving_default",
@@ -490,6 +509,7 @@ def grpc_cases() -> dict[str, dict[str, Any]]:
         "graph_refuses_shape": pr("matmul", {"x": "dtype: DT_FLOAT tensor_shape { dim { size: 1 } "
                                                   "dim { size: 3 } } float_val: 1 float_val: 2 "
                                                   "float_val: 3"}),
+        "graph_refuses_rank": pr("matmul", {"x": tensor([1.0, 2.0])}),
         "message_over_limit": {"method": "Predict", "request": 'model_spec { name: "plus" }',
                                "fill": {"input": "x", "floats": MAX_BODY // 4 + 16}},
         "corrupt_message": {"method": "Predict", "request_b64": b64(b"\x0a\xff\xff\x01garbage")},
@@ -728,6 +748,36 @@ def test_limit_answers(containers: Containers, library: Path, tmp_path: Path) ->
         held_until_idle("grpc")
         answers["rest/after"] = rest(server, "POST", path, gated(""))
     check("limits", answers)
+
+
+#: The cases whose answers carry TensorFlow's own error text from the graph.
+TF_WORDED = ("graph_refuses_shape", "graph_refuses_rank")
+#: What TensorFlow logs at start when its oneDNN kernels are on.
+ONEDNN_ON = "oneDNN custom operations are on"
+
+
+@pytest.mark.parametrize("onednn", ["0", "1"], ids=["eigen", "onednn"])
+def test_tensorflow_words_either_way(containers: Containers, library: Path, onednn: str) -> None:
+    """TF_ENABLE_ONEDNN_OPTS decides how TensorFlow words a graph's error (the
+    kernel's words, and the node annotation: oneDNN's rewrite inlines the
+    signature's function). Its default depends on the CPU, so a host's own
+    answers show one way only: here the server runs under each, and its
+    answers are the recorded ones, normalized (tests/tf_text.py)."""
+    with serving(
+        containers, library, "--model_name=matmul", "--model_base_path=/models/matmul",
+        environment={"TF_ENABLE_ONEDNN_OPTS": onednn},
+    ) as server:  # fmt: skip
+        # The setting took: TensorFlow says so at start when its oneDNN kernels are on.
+        assert (ONEDNN_ON in server.logs()) == (onednn == "1"), server.logs()
+        got = {
+            "rest": ask_rest(server, {case: rest_cases()[case] for case in TF_WORDED}),
+            "grpc": ask_grpc(server, {case: grpc_cases()[case] for case in TF_WORDED}),
+        }
+    for phase, answers in got.items():
+        recorded = json.loads((ANSWERS / f"{phase}.json").read_text())
+        assert {case: _hosts_alike(answer) for case, answer in answers.items()} == {
+            case: recorded[case] for case in TF_WORDED
+        }, phase
 
 
 def test_cases_are_many() -> None:
