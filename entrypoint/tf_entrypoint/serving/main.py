@@ -156,6 +156,7 @@ def _tensorflow_load(
         batch_hooks=batch_hooks,
         max_body_bytes=config.max_body_bytes,
         loader=config.saved_model_loader,
+        max_graph_bytes=config.max_graph_bytes,
     )
 
 
