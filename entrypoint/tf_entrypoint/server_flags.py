@@ -50,9 +50,10 @@ DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT = 0.0
 DEFAULT_QUEUE_PER_WORKER = 32
 #: Largest saved_model.pb (or .pbtxt) a version may have: a larger one fails its
 #: load (DATA_LOSS) before a byte of it is read. Graphs are KB to MB (the weights
-#: are in variables/); loading one costs a few times its size at the peak
-#: (docs/robustness.md, "Memory per load"); protobuf refuses 2 GiB anyway.
-DEFAULT_MAX_GRAPH_BYTES = 256 * 1024 * 1024
+#: are in variables/); a version's load and first call take up to 9 times its
+#: graph at the peak (TensorFlow's import and Session), so 64 MiB fits a 1 GiB
+#: container with the idle server (docs/robustness.md, "Memory per request").
+DEFAULT_MAX_GRAPH_BYTES = 64 * 1024 * 1024
 
 ENV_MODEL_NAME = "MODEL_NAME"
 ENV_MODEL_BASE_PATH = "MODEL_BASE_PATH"
@@ -310,8 +311,8 @@ FLAGS: tuple[Flag, ...] = (
          "one request may make the server build is 8 times it", env=ENV_MAX_BODY_BYTES,
          default=str(DEFAULT_MAX_BODY_BYTES), tf_serving=False),
     Flag("max-graph-bytes", "largest saved_model.pb (or .pbtxt) a version may have: a larger "
-         "one fails that version's load (DATA_LOSS) before it is read; loading a graph takes "
-         "a few times its size at the peak", env=ENV_MAX_GRAPH_BYTES,
+         "one fails that version's load (DATA_LOSS) before it is read; a load and its first "
+         "call take up to 9 times the graph at the peak", env=ENV_MAX_GRAPH_BYTES,
          default=str(DEFAULT_MAX_GRAPH_BYTES), tf_serving=False),
     Flag("grace-period", "seconds in-flight requests get after SIGTERM; those still running "
          "then get 503 and the process exits within 1 s", env=ENV_GRACE_PERIOD,

@@ -339,7 +339,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         main.build_core(conf).manager._loader(tmp_path, 1)
         assert iterations[-1] == replays
     # --max-graph-bytes (SERVE_MAX_GRAPH_BYTES): the graph file's limit, checked before a read.
-    assert graph_limits[-1] == 256 * 1024 * 1024
+    assert graph_limits[-1] == 64 * 1024 * 1024
     main.build_core(
         parse(f"--model_base_path={tmp_path}", "--max-graph-bytes=4096")
     ).manager._loader(tmp_path, 1)
@@ -347,8 +347,8 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
 
 
 def test_max_graph_bytes_is_read_from_the_flag_or_its_variable_and_checked() -> None:
-    """--max-graph-bytes (SERVE_MAX_GRAPH_BYTES): 256 MiB by default, a whole number from 1."""
-    assert parse().max_graph_bytes == 256 * 1024 * 1024
+    """--max-graph-bytes (SERVE_MAX_GRAPH_BYTES): 64 MiB by default, a whole number from 1."""
+    assert parse().max_graph_bytes == 64 * 1024 * 1024
     assert parse("--max-graph-bytes=1000").max_graph_bytes == 1000
     assert parse(env={"SERVE_MAX_GRAPH_BYTES": "2000"}).max_graph_bytes == 2000
     assert (
