@@ -48,6 +48,12 @@ DEFAULT_FILE_SYSTEM_POLL_WAIT = 1.0
 DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT = 0.0
 #: Requests admitted per worker (running + queued) before 503s.
 DEFAULT_QUEUE_PER_WORKER = 32
+#: Largest saved_model.pb (or .pbtxt) a version may have: a larger one fails its
+#: load (DATA_LOSS) before a byte of it is read. Graphs are KB to MB (the weights
+#: are in variables/); a version's load and first call take up to 9 times its
+#: graph at the peak (TensorFlow's import and Session), so 64 MiB fits a 1 GiB
+#: container with the idle server (docs/robustness.md, "Memory per request").
+DEFAULT_MAX_GRAPH_BYTES = 64 * 1024 * 1024
 
 ENV_MODEL_NAME = "MODEL_NAME"
 ENV_MODEL_BASE_PATH = "MODEL_BASE_PATH"
@@ -59,6 +65,7 @@ ENV_HOST = "SERVE_HOST"
 ENV_WORKERS = "SERVE_WORKERS"
 ENV_MAX_QUEUE = "SERVE_MAX_QUEUE"
 ENV_MAX_BODY_BYTES = "SERVE_MAX_BODY_BYTES"
+ENV_MAX_GRAPH_BYTES = "SERVE_MAX_GRAPH_BYTES"
 ENV_REQUEST_TIMEOUT = "SERVE_REQUEST_TIMEOUT"
 ENV_GRACE_PERIOD = "SERVE_GRACE_PERIOD"
 ENV_WAIT_FOR_MODEL = "SERVE_WAIT_FOR_MODEL"
@@ -303,6 +310,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max-body-bytes", "largest request body or gRPC message (larger gets 413); what "
          "one request may make the server build is 8 times it", env=ENV_MAX_BODY_BYTES,
          default=str(DEFAULT_MAX_BODY_BYTES), tf_serving=False),
+    Flag("max-graph-bytes", "largest saved_model.pb (or .pbtxt) a version may have: a larger "
+         "one fails that version's load (DATA_LOSS) before it is read; a load and its first "
+         "call take up to 9 times the graph at the peak", env=ENV_MAX_GRAPH_BYTES,
+         default=str(DEFAULT_MAX_GRAPH_BYTES), tf_serving=False),
     Flag("grace-period", "seconds in-flight requests get after SIGTERM; those still running "
          "then get 503 and the process exits within 1 s", env=ENV_GRACE_PERIOD,
          default=f"{DEFAULT_GRACE_PERIOD:g}", tf_serving=False),

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import select
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -302,6 +304,79 @@ def test_an_error_quoting_a_long_request_string_still_reaches_the_client(server:
     wire = sum(1 if " " <= c <= "~" and c != "%" else 3 * len(c.encode()) for c in text)
     assert 5900 < wire <= 6000
     survived(server)
+
+
+# -- a version's graph: bounded before it is read (docs/robustness.md, "Memory per load")
+
+#: What a version's load may cost here: its container's memory. 1 GiB of garbage as a
+#: graph used to take about 3 GiB to fail (TensorFlow read it whole, then parsed it).
+LOAD_MEMORY = "1500m"
+GIB = 1024 * 1024 * 1024
+
+
+def write_random(path: Path, size: int) -> None:
+    """`size` random bytes (not a sparse file: those read as zeros, which parse)."""
+    chunk = 16 * 1024 * 1024
+    with path.open("wb") as out:
+        for start in range(0, size, chunk):
+            out.write(os.urandom(min(chunk, size - start)))
+
+
+def test_a_gigabyte_of_garbage_as_a_graph_fails_its_version_and_version_1_serves(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    """A 1 GiB saved_model.pb of random bytes dropped in as version 2, under a 1.5 GB
+    limit: version 2 is END with DATA_LOSS naming the file, its size and
+    --max-graph-bytes, without a byte of it read; version 1 still answers, and the
+    container was not OOM-killed (it was, exit 137, taking version 1 with it)."""
+    models = tmp_path / "models"
+    shutil.copytree(library / "plus" / "1", models / "plus" / "1")
+    staged = models / "plus" / ".staged-2"
+    staged.mkdir()
+    for path in (models, models / "plus", models / "plus" / "1", staged):
+        path.chmod(0o777)
+    try:
+        write_random(staged / "saved_model.pb", GIB)
+        with serving(
+            containers, models, "--model_name=plus", "--model_base_path=/models/plus",
+            "--file_system_poll_wait_seconds=0.5", "--max_num_load_retries=0",
+            mem_limit=LOAD_MEMORY, memswap_limit=LOAD_MEMORY,
+        ) as server:  # fmt: skip
+            staged.rename(models / "plus" / "2")
+
+            def version_2() -> dict[str, Any] | None:
+                server.container.reload()
+                if server.container.status != "running":
+                    return {"exited": server.container.attrs["State"]}
+                try:
+                    answer = httpx2.get(f"{server.rest}/v1/models/plus/versions/2", timeout=10)
+                except httpx2.TransportError:  # killed meanwhile: the next look says so
+                    return None
+                if answer.status_code != 200:
+                    return None
+                status: dict[str, Any] = answer.json()["model_version_status"][0]
+                return status if status["state"] == "END" else None
+
+            assert poll(lambda: version_2() is not None, 120, 0.25), server.logs()
+            status = version_2()
+            assert status is not None
+            assert "exited" not in status, server.logs()
+            assert status["status"]["error_code"] == "DATA_LOSS", status
+            assert status["status"]["error_message"] == (
+                "loading /models/plus/2 failed: /models/plus/2/saved_model.pb is 1,073,741,824 "
+                "bytes, more than the limit of 67,108,864 bytes on a SavedModel's graph "
+                "(--max-graph-bytes, SERVE_MAX_GRAPH_BYTES): not read; a graph's weights belong "
+                "in variables/, or raise --max-graph-bytes"
+            )
+            answer = httpx2.post(
+                f"{server.rest}/v1/models/plus:predict", json={"instances": [1.0]}, timeout=30
+            )
+            assert answer.json() == {"predictions": [2.0]}
+            survived(server)
+            # Not read: the load's peak is the idle server's, far below the file.
+            assert peak_memory(server.container) < 600 * 1024 * 1024, server.logs()
+    finally:
+        shutil.rmtree(models, ignore_errors=True)
 
 
 # -- warm-up records are requests too

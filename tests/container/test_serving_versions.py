@@ -237,8 +237,12 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         status = {v["version"]: v for v in server.get("/v1/models/plus").json()[
             "model_version_status"
         ]}  # fmt: skip
-        assert status["2"]["status"]["error_code"] == "UNKNOWN"
-        assert "failed" in status["2"]["status"]["error_message"]
+        # TF Serving's code and words for a graph that does not parse (ReadBinaryProto).
+        assert status["2"]["status"] == {
+            "error_code": "DATA_LOSS",
+            "error_message": "loading /models/plus/2 failed: Can't parse "
+            "/models/plus/2/saved_model.pb as binary proto",
+        }
         assert status["1"]["state"] == "AVAILABLE"
         assert server.predict("/v1/models/plus:predict") == 1.0
         assert server.get("/readyz").status_code == 200
@@ -246,6 +250,43 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         assert "no version is serving" not in server.logs()
         assert "still serving version(s) [1]" in server.logs()
         # Replaced by a good export (renamed into place): loaded and swapped in.
+        shutil.rmtree(models / "plus" / "2")
+        swap_in(models / "plus", library / "plus" / "2", 2)
+        assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
+        assert server.predict("/v1/models/plus:predict") == 2.0
+
+
+def test_a_graph_over_max_graph_bytes_fails_its_version_before_it_is_read(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    """--max-graph-bytes at version 2's graph size (N) + 2: version 1 loads under it;
+    version 2 with its graph 3 bytes longer (a valid one: an unknown field) fails
+    with DATA_LOSS naming the file, its size and the flag, and version 1 serves on;
+    version 2 as exported (N bytes) then loads."""
+    models = models_dir(tmp_path, library, plus=[1])
+    graph = (library / "plus" / "2" / "saved_model.pb").read_bytes()
+    size = len(graph)
+    assert (models / "plus" / "1" / "saved_model.pb").stat().st_size <= size + 2
+    # Field 500, varint 0: a SavedModel with an unknown field, which protobuf keeps.
+    longer = graph + b"\xa0\x1f\x00"
+    with serving(
+        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+        "--max_num_load_retries=0", f"--max-graph-bytes={size + 2}",
+    ) as server:  # fmt: skip
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        swap_in(models / "plus", library / "plus" / "2", 2, graph=longer)
+        assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
+        status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
+        assert status["status"] == {
+            "error_code": "DATA_LOSS",
+            "error_message": f"loading /models/plus/2 failed: /models/plus/2/saved_model.pb is "
+            f"{len(longer):,} bytes, more than the limit of {size + 2:,} bytes on a "
+            "SavedModel's graph (--max-graph-bytes, SERVE_MAX_GRAPH_BYTES): not read; a "
+            "graph's weights belong in variables/, or raise --max-graph-bytes",
+        }
+        assert server.states("plus")[1] == "AVAILABLE"
+        assert server.predict("/v1/models/plus:predict") == 1.0
+        # The same graph without the extra bytes loads under the same limit.
         shutil.rmtree(models / "plus" / "2")
         swap_in(models / "plus", library / "plus" / "2", 2)
         assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
@@ -268,7 +309,7 @@ def test_a_broken_version_is_retried_on_a_timer_then_fails(
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
         if "retry 2 of 2" not in server.logs():  # still between two attempts
             assert status["state"] == "LOADING", status
-            assert status["status"]["error_code"] == "UNKNOWN", status
+            assert status["status"]["error_code"] == "DATA_LOSS", status
         assert server.predict("/v1/models/plus:predict") == 1.0
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         assert "retry 2 of 2" in server.logs()

@@ -344,6 +344,28 @@ def test_a_graph_that_restores_nothing_is_complete_alone(
     stores.close()
 
 
+def test_a_graph_over_max_graph_bytes_is_not_read_and_counts_as_complete(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """Whether a graph without variables/ restores a checkpoint is read from the graph;
+    one over --max-graph-bytes is not read (it could be gigabytes): its version is
+    complete, and its load fails naming the limit."""
+    fs = emulator.filesystem()
+    clock = Clock()
+    stores = ObjectStores(
+        ModelCache(tmp_path / "cache"),
+        env=emulator.env,
+        clock=clock,
+        max_graph_bytes=len(TF2_GRAPH) - 1,
+    )
+    put_files(fs, "models/biggraph/m/1", {"saved_model.pb": TF2_GRAPH})  # restores, no variables
+    base = url_of(emulator, "biggraph/m")
+    stores.scan(base)
+    clock.now += 1
+    assert listed(stores, base) == [1]
+    stores.close()
+
+
 def test_a_store_that_is_down_or_missing_is_reported_and_retried_with_back_off(
     emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

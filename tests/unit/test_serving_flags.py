@@ -290,6 +290,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
 ) -> None:
     calls: list[tuple[Path, int, bool, bool, object, str]] = []
     iterations: list[int] = []
+    graph_limits: list[object] = []
     fake = types.ModuleType("tf_entrypoint.serving.model")
 
     def load(
@@ -303,9 +304,11 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         batch_hooks: object = None,
         max_body_bytes: object = None,
         loader: str = "session",
+        max_graph_bytes: object = None,
     ) -> object:
         calls.append((directory, version, warmup, method_name_check, max_body_bytes, loader))
         iterations.append(warmup_iterations)
+        graph_limits.append(max_graph_bytes)
         return object()
 
     fake.load = load  # type: ignore[attr-defined]
@@ -335,6 +338,29 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         )
         main.build_core(conf).manager._loader(tmp_path, 1)
         assert iterations[-1] == replays
+    # --max-graph-bytes (SERVE_MAX_GRAPH_BYTES): the graph file's limit, checked before a read.
+    assert graph_limits[-1] == 64 * 1024 * 1024
+    main.build_core(
+        parse(f"--model_base_path={tmp_path}", "--max-graph-bytes=4096")
+    ).manager._loader(tmp_path, 1)
+    assert graph_limits[-1] == 4096
+
+
+def test_max_graph_bytes_is_read_from_the_flag_or_its_variable_and_checked() -> None:
+    """--max-graph-bytes (SERVE_MAX_GRAPH_BYTES): 64 MiB by default, a whole number from 1."""
+    assert parse().max_graph_bytes == 64 * 1024 * 1024
+    assert parse("--max-graph-bytes=1000").max_graph_bytes == 1000
+    assert parse(env={"SERVE_MAX_GRAPH_BYTES": "2000"}).max_graph_bytes == 2000
+    assert (
+        parse("--max-graph-bytes", "3000", env={"SERVE_MAX_GRAPH_BYTES": "2000"}).max_graph_bytes
+        == 3000
+    )
+    for bad in ("0", "-1", "1e6", "lots"):
+        with pytest.raises(
+            UsageError,
+            match=r"--max-graph-bytes=.* is invalid: expected a whole number of bytes from 1",
+        ):
+            parse(f"--max-graph-bytes={bad}")
 
 
 def test_load_retries_default_to_tf_servings_and_are_checked() -> None:

@@ -1047,3 +1047,22 @@ def test_an_accepted_reload_is_applied_even_when_its_call_gives_up(tmp_path: Pat
         stop.set()
         thread.join(10)
     assert fatal == []
+
+
+def test_a_load_failing_with_a_serving_error_reports_its_code_and_message(tmp_path: Path) -> None:
+    """The backend's own refusals (a graph over --max-graph-bytes, one that does not
+    parse: DATA_LOSS as TF Serving) keep their code, and their message without a type."""
+    broken = export(tmp_path, 1)
+
+    def loader(directory: Path, version: int) -> Fake:
+        raise ServingError(
+            Code.DATA_LOSS, f"Can't parse {directory}/saved_model.pb as binary proto"
+        )
+
+    manager, _ = manager_for(spec(tmp_path), loader=loader)  # type: ignore[arg-type]
+    manager.initial_load(1, lambda: False)
+    (status,) = manager.status(route("status"))
+    assert (status.state, status.error_code) == (END, "DATA_LOSS")
+    assert status.error_message == (
+        f"loading {broken} failed: Can't parse {broken}/saved_model.pb as binary proto"
+    )

@@ -156,6 +156,7 @@ def _tensorflow_load(
         batch_hooks=batch_hooks,
         max_body_bytes=config.max_body_bytes,
         loader=config.saved_model_loader,
+        max_graph_bytes=config.max_graph_bytes,
     )
 
 
@@ -176,7 +177,10 @@ def build_core(
     metrics.max_queue.set(config.max_queue)
     for name in config.models.names():
         metrics.add_model(name)
-    stores = ObjectStores(ModelCache(config.model_cache_dir, config.model_cache_bytes))
+    stores = ObjectStores(
+        ModelCache(config.model_cache_dir, config.model_cache_bytes),
+        max_graph_bytes=config.max_graph_bytes,
+    )
     manager = Manager(
         loader, metrics, metadata.rest_answer, retries=config.load_retries, stores=stores
     )

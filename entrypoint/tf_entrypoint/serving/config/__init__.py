@@ -24,6 +24,7 @@ from tf_entrypoint.server_flags import (
     DEFAULT_HOST,
     DEFAULT_LOAD_RETRY_INTERVAL_MICROS,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_GRAPH_BYTES,
     DEFAULT_MAX_NUM_LOAD_RETRIES,
     DEFAULT_MODEL_BASE_PATH,
     DEFAULT_MODEL_CONFIG_FILE_POLL_WAIT,
@@ -144,6 +145,8 @@ class ServeConfig:
     #: limit in bytes (--model-cache-bytes; 0: the file system's free space).
     model_cache_dir: Path = model_cache.DEFAULT_CACHE_DIR
     model_cache_bytes: int = 0
+    #: Largest saved_model.pb (or .pbtxt) a version may have (--max-graph-bytes).
+    max_graph_bytes: int = DEFAULT_MAX_GRAPH_BYTES
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -315,6 +318,7 @@ PORT = Converter(_port, "a port (0-65535)")
 INT32 = Converter(_int_within(-(2**31), 32), "a whole number (int32)")
 INT64 = Converter(_int_within(-(2**63), 64), "a whole number of microseconds (int64)")
 BYTES = Converter(_int_from(0), "a whole number of bytes (0: no limit)")
+POSITIVE_BYTES = Converter(_int_from(1), "a whole number of bytes from 1")
 RETRIES = Converter(_int_within(0, 32), "a whole number from 0 (int32)")
 SECONDS = Converter(_seconds, "a number of seconds (0 or more)")
 MAYBE_SECONDS: Converter[float | None] = Converter(_seconds, SECONDS.expected)
@@ -464,5 +468,6 @@ def parse_config(
             values.get("model-cache-dir", PATH, None) or model_cache.DEFAULT_CACHE_DIR
         ),
         model_cache_bytes=values.get("model-cache-bytes", BYTES, 0),
+        max_graph_bytes=values.get("max-graph-bytes", POSITIVE_BYTES, DEFAULT_MAX_GRAPH_BYTES),
         notes=(*notes, *model_notes),
     )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from tf_entrypoint.serving.core import repository
-from tf_entrypoint.serving.core.errors import Code, ConfigError
+from tf_entrypoint.serving.core.errors import Code, ConfigError, ServingError
 from tf_entrypoint.serving.core.model_specs import (
     ServingConfig,
     Specific,
@@ -327,7 +327,10 @@ class Manager(Models):
             log.debug("loading %s failed", version.path, exc_info=True)
             message = f"loading {version.path} failed: {type(err).__name__}: {err}"
             code = Code.UNKNOWN
-            if isinstance(err, OSError) and err.errno is not None:
+            if isinstance(err, ServingError):  # the loader's own code (a graph over the limit)
+                code = err.code
+                message = f"loading {version.path} failed: {err.message}"
+            elif isinstance(err, OSError) and err.errno is not None:
                 code = repository.error_code(err)
                 message = f"loading {version.path} failed: {repository.describe(err)}"
             with self._lock:

@@ -351,8 +351,11 @@ class ObjectStores:
         settle: float = SETTLE_SECONDS,
         list_timeout: float = LIST_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_graph_bytes: int = 0,
     ) -> None:
         self.cache = cache
+        #: --max-graph-bytes: a larger graph is never read to judge completeness (0: no limit).
+        self._max_graph_bytes = max_graph_bytes
         self._env = os.environ if env is None else env
         self._open_fs = open_fs
         self._settle = settle
@@ -498,7 +501,11 @@ class ObjectStores:
 
     def _restores_checkpoint(self, url: StoreURL, files: Mapping[str, Obj]) -> bool:
         name = next(n for n in repository.SAVED_MODEL_FILES if n in files)
-        key = (f"{url}/{name}", files[name][1])
+        size, tag = files[name]
+        if self._max_graph_bytes and size > self._max_graph_bytes:
+            # Not read (it could be gigabytes): complete, so its load fails naming the limit.
+            return False
+        key = (f"{url}/{name}", tag)
         if key not in self._restores:
             graph = self._fs(url.scheme).cat_file(f"{self._root(url)}/{name}")
             self._restores[key] = restores_checkpoint(bytes(graph), name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tf_entrypoint.server_flags import DEFAULT_MAX_BODY_BYTES
+from tf_entrypoint.server_flags import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_GRAPH_BYTES
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core.batching import BatchHooks, BatchingParameters
 from tf_entrypoint.serving.model.batching import Batching
@@ -54,6 +54,7 @@ def load(
     batch_hooks: BatchHooks | None = None,
     max_body_bytes: int | None = None,
     loader: str = LOADERS[0],
+    max_graph_bytes: int = DEFAULT_MAX_GRAPH_BYTES,
 ) -> TensorFlowServable:
     """Load a version; warm it up unless `warmup` is False (--enable_model_warmup=false).
 
@@ -64,10 +65,16 @@ def load(
     `max_body_bytes`: --max-body-bytes, which bounds what a warm-up record may
     decode to (limits.py; default: the flag's default).
     `loader`: SERVE_SAVED_MODEL_LOADER, "session" or "tf2" (open_saved_model).
+    `max_graph_bytes`: --max-graph-bytes: a larger graph file fails the load
+    (DATA_LOSS) before it is read.
     A version whose warm-up fails is closed before the error is raised.
     """
     servable = TensorFlowServable(
-        directory, version, method_name_check=method_name_check, loader=loader
+        directory,
+        version,
+        method_name_check=method_name_check,
+        loader=loader,
+        max_graph_bytes=max_graph_bytes,
     )
     body = DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes
     try:

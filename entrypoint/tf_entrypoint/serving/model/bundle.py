@@ -29,9 +29,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tf_entrypoint.server_flags import ENV_SAVED_MODEL_LOADER, SAVED_MODEL_LOADERS
+from tf_entrypoint.server_flags import (
+    DEFAULT_MAX_GRAPH_BYTES,
+    ENV_SAVED_MODEL_LOADER,
+    SAVED_MODEL_LOADERS,
+)
 from tf_entrypoint.serving.core.types import Signature
-from tf_entrypoint.serving.model.signatures import SERVE_TAG, read_meta_graph
+from tf_entrypoint.serving.model.signatures import (
+    SERVE_TAG,
+    read_meta_graph,
+    read_saved_model,
+    without_graph,
+)
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -80,17 +89,43 @@ def register_op_libraries() -> list[str]:
         return list(_op_libraries)
 
 
-def _session_bundle(directory: Path) -> SessionBundle:
+def _session_bundle(directory: Path, limit: int) -> SessionBundle:
     """A Session bundle; a graph that names an op TensorFlow lacks is tried once
     more after OP_LIBRARIES registered theirs (TF Text's, as TF Serving has)."""
     try:
-        return SessionBundle(directory)
+        return SessionBundle(directory, read_saved_model(directory, limit))
     except Exception as err:
         if not _missing_op(err) or _op_libraries is not None or not register_op_libraries():
             raise
     log.info("%s needs ops TensorFlow does not have: imported %s for them",
              directory, ", ".join(_op_libraries or ()))  # fmt: skip
-    return SessionBundle(directory)
+    return SessionBundle(directory, read_saved_model(directory, limit))
+
+
+def _load_into(session: Any, directory: Path, saved_model: Any) -> Any:
+    """``tf.compat.v1.saved_model.loader.load`` on a SavedModel parsed already
+    (read_saved_model); the "serve" MetaGraphDef without its GraphDef.
+
+    TensorFlow's own ``load`` reads and parses the file twice (the
+    SavedModelLoader's copy, and a second one kept through the import only to
+    count a metric) from the whole file's bytes: three copies of the graph
+    besides the ones the import makes. Here its steps run on the one parsed
+    copy, which the caller drops once the graph is imported.
+    """
+    from tensorflow.python.saved_model import loader_impl, path_helpers  # noqa: PLC0415
+
+    class Parsed(loader_impl.SavedModelLoader):  # type: ignore[misc]
+        def __init__(self) -> None:  # not the base's: it parses the file
+            self._export_dir = str(directory)
+            self._variables_path = path_helpers.get_variables_path(str(directory))
+            self._saved_model = saved_model
+
+    loader, tags = Parsed(), [SERVE_TAG]
+    with session.graph.as_default():
+        saver, _ = loader.load_graph(session.graph, tags)
+        loader.restore_variables(session, saver)
+        loader.run_init_ops(session, tags)
+    return without_graph(loader.get_meta_graph_def_from_tags(tags))
 
 
 class Output:
@@ -133,7 +168,8 @@ def quiet() -> contextlib.AbstractContextManager[Any]:
 class SessionBundle:
     """A SavedModel loaded as TF Serving loads it: a graph in its own Session.
 
-    ``tf.compat.v1.saved_model.loader.load`` does what TF Serving's C++
+    ``tf.compat.v1.saved_model.loader.load``'s steps (:func:`_load_into`, on
+    `saved_model` as read_saved_model parsed it) do what TF Serving's C++
     LoadSavedModel does: imports the "serve" MetaGraph into a fresh graph,
     restores the variables through the MetaGraph's saver, and runs the init op
     (main_op, legacy_init_op, or TF2's __saved_model_init_op) with the asset
@@ -144,14 +180,13 @@ class SessionBundle:
     device), so a version adds no threads.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, saved_model: Any) -> None:
         self._graph = tf.Graph()
         self._session = tf.compat.v1.Session(graph=self._graph)
         try:
             with quiet():
-                self.meta_graph = tf.compat.v1.saved_model.loader.load(
-                    self._session, [SERVE_TAG], str(directory)
-                )
+                #: The "serve" MetaGraphDef, without its GraphDef (the graph is TensorFlow's).
+                self.meta_graph = _load_into(self._session, directory, saved_model)
         except BaseException:
             self._session.close()
             raise
@@ -342,7 +377,9 @@ class FunctionBundle:
 Bundle = SessionBundle | FunctionBundle
 
 
-def open_saved_model(directory: Path, loader: str = LOADERS[0]) -> tuple[Bundle, Any]:
+def open_saved_model(
+    directory: Path, loader: str = LOADERS[0], max_graph_bytes: int = DEFAULT_MAX_GRAPH_BYTES
+) -> tuple[Bundle, Any]:
     """Load a SavedModel as TF Serving does; (the bundle, its 'serve' MetaGraphDef).
 
     Keras 3 (TensorFlow 2.16 and later) writes exports whose graph a Session
@@ -358,12 +395,16 @@ def open_saved_model(directory: Path, loader: str = LOADERS[0]) -> tuple[Bundle,
     is loaded with tf.saved_model.load instead, which binds the signatures to
     the restored variables through the object graph, with a warning. `loader`
     "tf2" (SERVE_SAVED_MODEL_LOADER) loads every export that way.
+
+    The graph file is checked against `max_graph_bytes` (--max-graph-bytes)
+    before it is read, and read once (signatures.read_saved_model).
     """
     if loader not in LOADERS:
         raise ValueError(f"{LOADER_VARIABLE}={loader!r}: expected one of {', '.join(LOADERS)}")
     if loader == "tf2":
-        return FunctionBundle(directory), read_meta_graph(directory)
-    bundle = _session_bundle(directory)
+        graph = read_meta_graph(directory, max_graph_bytes)
+        return FunctionBundle(directory), graph
+    bundle = _session_bundle(directory, max_graph_bytes)
     graph = bundle.meta_graph
     if not graph.object_graph_def.nodes:  # a TF1 export: served as TF Serving serves it
         return bundle, graph

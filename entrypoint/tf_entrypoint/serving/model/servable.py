@@ -19,6 +19,7 @@ from typing import Any, Protocol, overload
 import numpy as np
 import tensorflow as tf
 
+from tf_entrypoint.server_flags import DEFAULT_MAX_GRAPH_BYTES
 from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import tensorflow_error_message
@@ -228,6 +229,7 @@ class TensorFlowServable:
         *,
         method_name_check: bool = False,
         loader: str = LOADERS[0],
+        max_graph_bytes: int = DEFAULT_MAX_GRAPH_BYTES,
     ) -> None:
 
         self.directory = directory
@@ -236,7 +238,7 @@ class TensorFlowServable:
         #: Warm-up records replayed (model/warmup.py); seconds spent, None when none.
         self.warmup_records = 0
         self.warmup_seconds: float | None = None
-        self._bundle, graph = open_saved_model(directory, loader)
+        self._bundle, graph = open_saved_model(directory, loader, max_graph_bytes)
         self._signatures = sigs.signatures(graph)
         #: GetModelMetadata's answer: the SignatureDefs as the MetaGraphDef holds them.
         self.signature_def_map = sigs.signature_def_map(graph)
