@@ -24,7 +24,7 @@ from tests.object_stores import Emulator, put_files, put_raw, running, stored_ke
 from tests.unit.test_serving_lifecycle import Fake, sample, served, states
 from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.core import object_store as store
-from tf_entrypoint.serving.core import repository
+from tf_entrypoint.serving.core import repository, store_rules
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
@@ -129,20 +129,22 @@ def test_a_version_is_complete_with_its_graph_and_its_whole_checkpoint(
     names: set[str], why: str | None
 ) -> None:
     files = dict.fromkeys(names, (1, "tag"))
-    found = store.incomplete(files, lambda: True)
+    found = store_rules.incomplete(files, lambda: True)
     assert found == why if why is None else why in (found or "")
 
 
 def test_a_graph_without_variables_needs_no_checkpoint_unless_it_restores_one() -> None:
     files = {"saved_model.pb": (1, "t")}
-    assert store.incomplete(files, lambda: False) is None
-    assert store.incomplete(files, lambda: True) == "variables/variables.index is not there yet"
-    assert store.restores_checkpoint(TF2_GRAPH)
-    assert not store.restores_checkpoint(saved_model_pb())
-    assert store.restores_checkpoint(b"\xff\xff not a proto")  # damaged: wait for it
+    assert store_rules.incomplete(files, lambda: False) is None
+    assert (
+        store_rules.incomplete(files, lambda: True) == "variables/variables.index is not there yet"
+    )
+    assert store_rules.restores_checkpoint(TF2_GRAPH)
+    assert not store_rules.restores_checkpoint(saved_model_pb())
+    assert store_rules.restores_checkpoint(b"\xff\xff not a proto")  # damaged: wait for it
     text = b'meta_graphs { saver_def { restore_op_name: "save/restore_all" } }'
-    assert store.restores_checkpoint(text, "saved_model.pbtxt")
-    assert not store.restores_checkpoint(b"meta_graphs { }", "saved_model.pbtxt")
+    assert store_rules.restores_checkpoint(text, "saved_model.pbtxt")
+    assert not store_rules.restores_checkpoint(b"meta_graphs { }", "saved_model.pbtxt")
 
 
 @pytest.mark.parametrize(
@@ -188,14 +190,14 @@ def test_a_client_error_gets_the_status_code_tensorflow_would_give(
     ],
 )
 def test_an_object_name_must_be_a_plain_path_inside_its_version(name: str, why: str | None) -> None:
-    found = store.unsafe_name(name)
+    found = store_rules.unsafe_name(name)
     assert found == why if why is None else why in (found or "")
     url = StoreURL("s3", "models", "tr/2")
     if why is None:
-        store.check_names(url, [name, "saved_model.pb"])
+        store_rules.check_names(url, [name, "saved_model.pb"])
         return
     with pytest.raises(OSError, match="refusing to copy the version: object") as raised:
-        store.check_names(url, [name, "saved_model.pb"])
+        store_rules.check_names(url, [name, "saved_model.pb"])
     assert repr(f"s3://models/tr/2/{name}") in str(raised.value)
     assert repository.error_code(raised.value).name == "INVALID_ARGUMENT"
 
@@ -203,10 +205,10 @@ def test_an_object_name_must_be_a_plain_path_inside_its_version(name: str, why: 
 def test_an_object_that_is_both_a_file_and_a_folder_is_named() -> None:
     url = StoreURL("s3", "models", "tr/2")
     with pytest.raises(OSError, match=r"'s3://models/tr/2/variables': it is a file and also a"):
-        store.check_names(url, ["variables", "variables/variables.index", "saved_model.pb"])
+        store_rules.check_names(url, ["variables", "variables/variables.index", "saved_model.pb"])
     with pytest.raises(OSError, match=r"'s3://models/tr/2/a/b': it is a file and also a"):
-        store.check_names(url, ["a/b", "a/b/c/d"])
-    store.check_names(url, ["a/b", "a/bc", "a/b.d/e"])
+        store_rules.check_names(url, ["a/b", "a/b/c/d"])
+    store_rules.check_names(url, ["a/b", "a/bc", "a/b.d/e"])
 
 
 def test_the_cache_is_bounded_and_removes_what_no_live_server_holds(tmp_path: Path) -> None:
