@@ -25,12 +25,13 @@ from typing import Any, Literal
 
 from tf_entrypoint.serving.codec.json_values import (
     MAX_RANK,
+    SUPPORTED_DTYPES,
     Converter,
     converter,
     encode,
     is_named_object,
 )
-from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.types import (
     DEFAULT_SIGNATURE,
     Signature,
@@ -360,6 +361,26 @@ def _leaves(name: str, dtype: str, values: Sequence[Any]) -> list[Any]:
     return leaves
 
 
+def check_json_outputs(outputs: Mapping[str, Tensor]) -> None:
+    """Refuse an answer JSON cannot hold, before any of it is written.
+
+    No outputs is TF Serving's INVALID_ARGUMENT. An output's dtype must be
+    one the REST API reads (SUPPORTED_DTYPES: the numbers, half and bfloat16
+    included, bool and string); for any other (complex, quantized, float8,
+    int4, variant, resource) TF Serving's words, naming the output: JSON has
+    no values for it, and gRPC's Predict carries the ones a TensorProto can.
+    """
+    if not outputs:
+        raise invalid_argument("Cannot convert empty tensor map to JSON")
+    for name in sorted(outputs):
+        dtype = outputs[name].dtype
+        if dtype not in SUPPORTED_DTYPES:
+            raise invalid_argument(
+                "Failed to write JSON value for tensor type: "
+                f"{dtype.removeprefix('DT_').lower()} (output: {name})"
+            )
+
+
 def predict_response(
     request_format: RequestFormat, outputs: Mapping[str, Tensor]
 ) -> dict[str, Any]:
@@ -368,8 +389,7 @@ def predict_response(
     One output is written without its name (a flat list for a [batch] output),
     several as objects keyed by output name.
     """
-    if not outputs:
-        raise ServingError(Code.INTERNAL, "Cannot convert empty tensor map to JSON")
+    check_json_outputs(outputs)
     names = sorted(outputs)
     if request_format == "columnar":
         columns = {
@@ -417,6 +437,7 @@ def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -
     the row format with several outputs). Same checks and errors as
     :func:`predict_response`.
     """
+    check_json_outputs(outputs)
     if sum(len(tensor.values) for tensor in outputs.values()) <= JSON_VALUES:
         return encode(predict_response(request_format, outputs))  # one chunk: no chunking
     names = sorted(outputs)

@@ -169,6 +169,21 @@ def check_input(name: str, v2_name: str, shape: Sequence[int], spec: TensorSpec 
         check_shape(name, shape, spec)
 
 
+def check_outputs(specs: Mapping[str, TensorSpec], wanted: Sequence[str]) -> None:
+    """Refuse, before the model runs, a call that would return an output the protocol
+    cannot carry (a COMPLEX64 output, say): `wanted` are the requested outputs, every
+    one of the signature's when empty; an unknown name is the core's to report."""
+    for name in wanted or sorted(specs):
+        spec = specs.get(name)
+        if spec is not None and spec.dtype not in BY_DTYPE:
+            raise invalid_argument(
+                f"output '{name}': the model's signature gives datatype "
+                f"{v2_datatype(spec.dtype)}, which has no Open Inference Protocol equivalent; "
+                "leave it out of the request's outputs, or call this signature through TF "
+                "Serving's API"
+            )
+
+
 def tensor_metadata(specs: Mapping[str, TensorSpec]) -> list[tuple[str, str, list[int]]]:
     """(name, datatype, shape) of each tensor, by name, for model metadata: an unknown
     rank is the shape [-1], as Triton writes it."""

@@ -139,9 +139,29 @@ class OutputValues(Sequence[Any]):
 
 def _python_values(flat: Any, floats: bool) -> list[Any]:
     if floats:
-        return [float(text) for text in flat.astype(str).tolist()]
+        texts = flat.astype(str) if flat.dtype.kind == "f" else _shortest_texts(flat)
+        return [float(text) for text in texts.tolist()]
     values: list[Any] = flat.tolist()
     return values
+
+
+#: Significant digits that tell every bfloat16 apart (its max_digits10).
+_BFLOAT16_DIGITS = 4
+
+
+def _shortest_texts(flat: Any) -> Any:
+    """The shortest text that reads back as the same value, for a float type NumPy
+    writes no text for (bfloat16, ml_dtypes' type: ``astype(str)`` raises
+    TypeError): as ``astype(str)`` gives it for float16 and float32."""
+    wide = flat.astype(np.float32)
+    texts = wide.astype(str)  # exact, if longer: what is left (NaN never compares equal)
+    found = np.zeros(flat.shape, dtype=bool)
+    for digits in range(1, _BFLOAT16_DIGITS + 1):
+        trial = np.char.mod(f"%.{digits}g", wide)
+        same = ~found & (trial.astype(np.float32).astype(flat.dtype) == flat)
+        texts = np.where(same, trial, texts)
+        found |= same
+    return texts
 
 
 #: DataType names by enum (types_pb2's lookup, once per dtype).
