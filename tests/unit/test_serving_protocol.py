@@ -294,6 +294,22 @@ def test_every_dtype_the_rest_api_reads_is_written_and_any_other_is_a_400(big: b
             )
 
 
+def test_an_input_dtype_json_cannot_carry_is_refused_naming_it() -> None:
+    complex_input = p.Signature({"z": p.TensorSpec("DT_COMPLEX64", (-1,))}, {"y": F32})
+    signatures = {"serving_default": complex_input}
+    for document, message in (
+        ({"inputs": [1.0]}, "Conversion of JSON Value: 1.0 to type: complex64 (input: z)"),
+        (
+            {"instances": [1.0]},
+            "Failed to process element: 0 of 'instances' list. Error: Conversion of JSON "
+            "Value: 1.0 to type: complex64 (input: z)",
+        ),
+    ):
+        with pytest.raises(ServingError) as caught:
+            json_tensor.parse_predict_request(document, signatures)
+        assert (caught.value.code, caught.value.message) == (Code.INVALID_ARGUMENT, message)
+
+
 def test_no_outputs_is_tf_serving_s_invalid_argument() -> None:
     for request_format in ("row", "columnar"):
         with pytest.raises(ServingError) as caught:

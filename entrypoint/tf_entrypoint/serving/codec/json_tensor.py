@@ -174,11 +174,12 @@ def new_values(dtype: str) -> MutableSequence[Any]:
     return array.array(code) if code is not None else []
 
 
-def to_tensor(value: Any, spec: TensorSpec) -> Tensor:
-    """One JSON value (scalar or nested list) as a dense tensor of spec.dtype."""
+def to_tensor(value: Any, spec: TensorSpec, name: str = "") -> Tensor:
+    """One JSON value (scalar or nested list) as a dense tensor of spec.dtype (`name`:
+    the input's, for the error of a dtype JSON has no values for)."""
     shape = dense_shape(value)
     values = new_values(spec.dtype)
-    _fill(value, shape, converter(spec.dtype), values)
+    _fill(value, shape, converter(spec.dtype, name), values)
     return Tensor(spec.dtype, shape, values)
 
 
@@ -256,7 +257,7 @@ def _from_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
         # TF Serving's AddInstanceItem does: filled, then its size, then its shape.
         spec = signature.inputs[name]
         shape = dense_shape(item)
-        _fill(item, shape, converter(spec.dtype), values[name])
+        _fill(item, shape, converter(spec.dtype, name), values[name])
         if name not in shapes:
             shapes[name] = shape
         elif shapes[name] != shape:
@@ -316,12 +317,12 @@ def _from_inputs(value: Any, signature: Signature) -> dict[str, Tensor]:
                 "inputs is a plain value/list, but expecting an object as multiple input "
                 "tensors required as per tensorinfo_map"
             )
-        return {names[0]: to_tensor(value, signature.inputs[names[0]])}
+        return {names[0]: to_tensor(value, signature.inputs[names[0]], names[0])}
     tensors = {}
     for name in names:
         if name not in value:
             raise invalid_argument(f"Missing named input: {name} in 'inputs' object.")
-        tensors[name] = to_tensor(value[name], signature.inputs[name])
+        tensors[name] = to_tensor(value[name], signature.inputs[name], name)
     return tensors
 
 

@@ -246,9 +246,17 @@ class _String(Converter):
 
 
 class _Unsupported(Converter):
+    """A dtype JSON has no values for (complex, quantized, float8, int4, variant,
+    resource): TF Serving's words, and the input's name where it is known."""
+
+    def __init__(self, type_name: str, name: str = "") -> None:
+        super().__init__(type_name)
+        self.name = name
+
     def __call__(self, value: Any) -> Any:
+        where = f" (input: {self.name})" if self.name else ""
         raise invalid_argument(
-            f"Conversion of JSON Value: {quote(value)} to type: {self.type_name}"
+            f"Conversion of JSON Value: {quote(value)} to type: {self.type_name}{where}"
         )
 
 
@@ -270,10 +278,12 @@ _CONVERTERS: dict[str, Converter] = {
 }
 
 
-def converter(dtype: str) -> Converter:
+def converter(dtype: str, name: str = "") -> Converter:
+    """The converter of `dtype`'s values; one that refuses every value, naming the
+    input `name`, for a dtype JSON has none for."""
     found = _CONVERTERS.get(dtype)
     if found is None:
-        return _Unsupported(dtype.removeprefix("DT_").lower())
+        return _Unsupported(dtype.removeprefix("DT_").lower(), name)
     return found
 
 

@@ -141,7 +141,7 @@ def _input(
     datatype = item.get("datatype")
     if not isinstance(datatype, str):
         raise invalid_argument(f"input '{name}' needs a 'datatype' string, not {quote(datatype)}")
-    v2_tensor.datatype(datatype)
+    v2_tensor.datatype(datatype, name)
     v2_tensor.check_input(name, datatype, shape, signature_inputs.get(name))
     parameters = _parameters(f"input '{name}'", item.get("parameters"))
     size = parameters.get("binary_data_size")

@@ -66,7 +66,7 @@ def _inputs(request: Any, signature: p.Signature, limit: int) -> dict[str, p.Ten
                 )
             decoded = v2_tensor.from_raw(name, datatype, shape, raw[index], limit)
         else:
-            field = v2_tensor.datatype(datatype).contents
+            field = v2_tensor.datatype(datatype, name).contents
             values = getattr(tensor.contents, field) if field else ()
             decoded = v2_tensor.from_contents(name, datatype, shape, values, limit)
         tensors[name] = decoded

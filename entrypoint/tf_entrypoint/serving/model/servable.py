@@ -42,6 +42,24 @@ MAX_ERROR_MESSAGE = 2000
 FLOATS = frozenset({"DT_FLOAT", "DT_HALF", "DT_BFLOAT16"})
 
 
+#: Output dtypes TensorFlow cannot hand to Python (a resource handle, a variant's C++
+#: object: "Tensorflow type 21 not convertible to numpy dtype", an INTERNAL error), so
+#: no protocol can carry them.
+OPAQUE = frozenset({"DT_VARIANT", "DT_RESOURCE"})
+
+
+def check_fetchable(signature: Signature, outputs: Sequence[str]) -> None:
+    """Refuse, before the run, to fetch an output no reply can carry (INVALID_ARGUMENT
+    naming it and its type, in codec/tensor_proto.py's words), where TensorFlow
+    would run the graph and then fail with INTERNAL."""
+    for alias in outputs:
+        spec = signature.outputs.get(alias)
+        if spec is not None and spec.dtype in OPAQUE:
+            raise invalid_argument(
+                f"Output {alias} has type {spec.dtype}, which cannot be sent in a reply"
+            )
+
+
 @contextlib.contextmanager
 def tensorflow_errors() -> Iterator[None]:
     """TensorFlow's errors as TF Serving passes them on: an op error keeps its
@@ -302,6 +320,7 @@ class TensorFlowServable:
         on and the signature can be batched (model/batching.py).
         """
         runner = self.runner
+        check_fetchable(self._signatures[name], outputs)
         with tensorflow_errors():
             arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
             if batch:
@@ -323,6 +342,7 @@ class TensorFlowServable:
     ) -> Pending | None:
         """A predict queued for a batch without waiting (core/servable.py); None when
         batching is off or the call cannot be batched."""
+        check_fetchable(self._signatures[name], outputs)
         with tensorflow_errors():
             arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
 
@@ -349,6 +369,7 @@ class TensorFlowServable:
         with tensorflow_errors():
             for name, inputs, outputs in calls:
                 signature = self._signatures[name]
+                check_fetchable(signature, outputs)
                 for key, tensor in inputs.items():
                     if id(tensor) not in arrays:
                         arrays[id(tensor)] = to_array(tensor)
