@@ -9,6 +9,9 @@
     over [0, 10] for the quantized types; a TensorList for variant): D as an
     output, whatever the protocol can carry as input;
   - `echo_D`: x (D [None]) -> y = x: D as an input (and its output).
+- DIR/walk/1 and /2: serving_default takes x (float32 [None, 2]) and n (int64
+  [None]) and returns y = 2x (float32 [None, 2]) and m = n + 1 (int64 [None]):
+  the Open Inference Protocol's error walk sends it every mistake.
 - DIR/dtypes.json: per dtype, `to` and `echo` (whether each signature was
   built, else why not), and `expected`: y of to_D for X as TensorFlow
   computes it, made JSON (dtype_client.plain: floats as floats, complex as
@@ -105,6 +108,19 @@ def main(directory: Path) -> int:
         for key, function in kept.items():
             setattr(module, key, function)
         tf.saved_model.save(module, str(directory / "dtypes" / "1"), signatures=kept)
+    walk = tf.function(
+        lambda x, n: {"y": x * 2.0, "m": n + 1},
+        input_signature=[
+            tf.TensorSpec([None, 2], tf.float32, name="x"),
+            tf.TensorSpec([None], tf.int64, name="n"),
+        ],
+    )
+    for version in ("1", "2"):
+        holder = tf.Module()
+        holder.serve = walk
+        tf.saved_model.save(
+            holder, str(directory / "walk" / version), signatures={"serving_default": walk}
+        )
     (directory / "dtypes.json").write_text(json.dumps(report, indent=1, sort_keys=True))
     return 0
 
