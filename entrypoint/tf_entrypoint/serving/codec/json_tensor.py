@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from tf_entrypoint.serving.codec.json_values import (
     MAX_RANK,
-    SUPPORTED_DTYPES,
+    WRITTEN_DTYPES,
     Converter,
     converter,
     encode,
@@ -366,16 +366,16 @@ def check_json_outputs(outputs: Mapping[str, Tensor]) -> None:
     """Refuse an answer JSON cannot hold, before any of it is written.
 
     No outputs is TF Serving's INVALID_ARGUMENT. An output's dtype must be
-    one the REST API reads (SUPPORTED_DTYPES: the numbers, half and bfloat16
-    included, bool and string); for any other (complex, quantized, float8,
-    int4, variant, resource) TF Serving's words, naming the output: JSON has
-    no values for it, and gRPC's Predict carries the ones a TensorProto can.
+    one JSON writes (json_values.WRITTEN_DTYPES: the real numbers, bool and
+    string); for any other (complex, quantized, variant, resource) TF
+    Serving's words, naming the output: gRPC's Predict carries the ones a
+    TensorProto can.
     """
     if not outputs:
         raise invalid_argument("Cannot convert empty tensor map to JSON")
     for name in sorted(outputs):
         dtype = outputs[name].dtype
-        if dtype not in SUPPORTED_DTYPES:
+        if dtype not in WRITTEN_DTYPES:
             raise invalid_argument(
                 "Failed to write JSON value for tensor type: "
                 f"{dtype.removeprefix('DT_').lower()} (output: {name})"

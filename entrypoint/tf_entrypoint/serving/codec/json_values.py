@@ -288,6 +288,15 @@ def converter(dtype: str, name: str = "") -> Converter:
 
 
 SUPPORTED_DTYPES = frozenset(_CONVERTERS)
+#: The dtypes an answer writes as JSON: those read (numbers, half and bfloat16
+#: included, bool, string) and the narrower real numbers a model may return,
+#: ml_dtypes' float8 and float4 (numbers) and 4- and 2-bit integers. Not complex
+#: (no JSON number), the quantized types (integers without their scale: TF Serving
+#: writes none of these either), variant or resource.
+WRITTEN_DTYPES = SUPPORTED_DTYPES | frozenset(
+    {"DT_FLOAT8_E5M2", "DT_FLOAT8_E4M3FN", "DT_FLOAT8_E4M3FNUZ", "DT_FLOAT8_E4M3B11FNUZ"}
+    | {"DT_FLOAT8_E5M2FNUZ", "DT_FLOAT4_E2M1FN", "DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"}
+)
 
 
 def encode(body: Any) -> bytes:

@@ -19,7 +19,7 @@ from typing import Any, Protocol, overload
 import numpy as np
 import tensorflow as tf
 
-from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
+from tf_entrypoint.serving.codec.tensor_proto import CHUNK, FLOAT8_TYPES, NUMPY_DTYPES, dtype_name
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import tensorflow_error_message
 from tf_entrypoint.serving.core.servable import Call, Done, Pending
@@ -40,6 +40,13 @@ MAX_ERROR_MESSAGE = 2000
 #: Output dtypes written as the shortest text of their float32 value (0.1, not
 #: 0.10000000149011612).
 FLOATS = frozenset({"DT_FLOAT", "DT_HALF", "DT_BFLOAT16"})
+#: Output dtypes whose values are made Python objects by kind: the floats (FLOATS
+#: and ml_dtypes' float8 and float4) as the shortest text that reads back as the same
+#: value; ml_dtypes' narrow integers as Python ints.
+_VALUE_KINDS = {
+    **dict.fromkeys(FLOATS | FLOAT8_TYPES, "float"),
+    **dict.fromkeys(("DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"), "int"),
+}
 
 
 #: Output dtypes TensorFlow cannot hand to Python (a resource handle, a variant's C++
@@ -116,11 +123,12 @@ class OutputValues(Sequence[Any]):
     them; NaN and Inf pass through.
     """
 
-    __slots__ = ("_flat", "_floats")
+    __slots__ = ("_flat", "_kind")
 
-    def __init__(self, flat: Any, floats: bool) -> None:
+    def __init__(self, flat: Any, kind: str = "") -> None:
         self._flat = flat
-        self._floats = floats
+        #: "float", "int" (_VALUE_KINDS), or "" for tolist() as it is.
+        self._kind = kind
 
     def __len__(self) -> int:
         return int(self._flat.size)
@@ -131,17 +139,17 @@ class OutputValues(Sequence[Any]):
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return _python_values(self._flat[index], self._floats)
-        return _python_values(self._flat[index : index + 1 or None], self._floats)[0]
+            return _python_values(self._flat[index], self._kind)
+        return _python_values(self._flat[index : index + 1 or None], self._kind)[0]
 
     def __iter__(self) -> Iterator[Any]:
         for start in range(0, len(self), CHUNK):
-            yield from _python_values(self._flat[start : start + CHUNK], self._floats)
+            yield from _python_values(self._flat[start : start + CHUNK], self._kind)
 
     def tolist(self) -> list[Any]:
         values: list[Any] = []
         for start in range(0, len(self), CHUNK):
-            values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
+            values.extend(_python_values(self._flat[start : start + CHUNK], self._kind))
         return values
 
     def tobytes(self) -> bytes:
@@ -155,30 +163,36 @@ class OutputValues(Sequence[Any]):
         return self._flat if dtype is None else self._flat.astype(dtype)
 
 
-def _python_values(flat: Any, floats: bool) -> list[Any]:
-    if floats:
-        texts = flat.astype(str) if flat.dtype.kind == "f" else _shortest_texts(flat)
+def _python_values(flat: Any, kind: str) -> list[Any]:
+    if kind == "float":
+        native = flat.dtype in (np.float16, np.float32)
+        texts = flat.astype(str) if native else _shortest_texts(flat)
         return [float(text) for text in texts.tolist()]
+    if kind == "int":
+        flat = flat.astype(np.int64)
     values: list[Any] = flat.tolist()
     return values
 
 
-#: Significant digits that tell every bfloat16 apart (its max_digits10).
-_BFLOAT16_DIGITS = 4
+#: Significant digits that tell every float32 apart (its max_digits10), so every
+#: narrower float too.
+_FLOAT32_DIGITS = 9
 
 
 def _shortest_texts(flat: Any) -> Any:
     """The shortest text that reads back as the same value, for a float type NumPy
-    writes no text for (bfloat16, ml_dtypes' type: ``astype(str)`` raises
-    TypeError): as ``astype(str)`` gives it for float16 and float32."""
+    writes no text for (ml_dtypes' bfloat16, float8 and float4: ``astype(str)``
+    raises TypeError), as ``astype(str)`` gives it for float16 and float32."""
     wide = flat.astype(np.float32)
     texts = wide.astype(str)  # exact, if longer: what is left (NaN never compares equal)
     found = np.zeros(flat.shape, dtype=bool)
-    for digits in range(1, _BFLOAT16_DIGITS + 1):
+    for digits in range(1, _FLOAT32_DIGITS + 1):
         trial = np.char.mod(f"%.{digits}g", wide)
         same = ~found & (trial.astype(np.float32).astype(flat.dtype) == flat)
         texts = np.where(same, trial, texts)
         found |= same
+        if found.all():
+            break
     return texts
 
 
@@ -194,7 +208,7 @@ def to_tensor(value: Output) -> Tensor:
         dtype = _DTYPE_NAMES.setdefault(enum, dtype_name(enum))
     array = value.numpy()
     shape = tuple(int(d) for d in array.shape)
-    return Tensor(dtype, shape, OutputValues(array.reshape(-1), dtype in FLOATS))
+    return Tensor(dtype, shape, OutputValues(array.reshape(-1), _VALUE_KINDS.get(dtype, "")))
 
 
 class Runner(Protocol):
