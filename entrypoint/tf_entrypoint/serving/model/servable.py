@@ -182,17 +182,23 @@ _FLOAT32_DIGITS = 9
 def _shortest_texts(flat: Any) -> Any:
     """The shortest text that reads back as the same value, for a float type NumPy
     writes no text for (ml_dtypes' bfloat16, float8 and float4: ``astype(str)``
-    raises TypeError), as ``astype(str)`` gives it for float16 and float32."""
+    raises TypeError), as ``astype(str)`` gives it for float16 and float32.
+
+    Each pass, one more significant digit, formats only the values no shorter
+    text has matched (a bfloat16 needs 2 to 4, a float8 1 to 3); NaN, which
+    matches nothing, is written as float32 writes it.
+    """
     wide = flat.astype(np.float32)
-    texts = wide.astype(str)  # exact, if longer: what is left (NaN never compares equal)
-    found = np.zeros(flat.shape, dtype=bool)
+    texts = np.empty(wide.shape, dtype="<U16")
+    todo = np.arange(wide.size)
     for digits in range(1, _FLOAT32_DIGITS + 1):
-        trial = np.char.mod(f"%.{digits}g", wide)
-        same = ~found & (trial.astype(np.float32).astype(flat.dtype) == flat)
-        texts = np.where(same, trial, texts)
-        found |= same
-        if found.all():
+        trial = np.char.mod(f"%.{digits}g", wide[todo])
+        same = trial.astype(np.float32).astype(flat.dtype) == flat[todo]
+        texts[todo[same]] = trial[same]
+        todo = todo[~same]
+        if not todo.size:
             break
+    texts[todo] = wide[todo].astype(str)
     return texts
 
 
