@@ -265,6 +265,61 @@ def test_string_outputs() -> None:
     }
 
 
+@pytest.mark.parametrize("big", [False, True])
+def test_every_dtype_the_rest_api_reads_is_written_and_any_other_is_a_400(big: bool) -> None:
+    """Half and bfloat16 too (numbers, as they are read), float8, float4, int4 and int2;
+    complex, quantized, variant and resource: INVALID_ARGUMENT in TF Serving's words,
+    naming the output, before anything is written (also where the answer is written in
+    chunks)."""
+    rows = json_tensor.JSON_VALUES + 1 if big else 2
+    assert json_values.SUPPORTED_DTYPES < json_values.WRITTEN_DTYPES
+    for dtype in sorted(json_values.WRITTEN_DTYPES):
+        value: Any = {"DT_STRING": b"a", "DT_BOOL": True}.get(dtype, 1.5)
+        if dtype.startswith(("DT_INT", "DT_UINT")):
+            value = 3
+        outputs = {"y": p.Tensor(dtype, (rows,), [value] * rows)}
+        for request_format in ("row", "columnar"):
+            body = json_tensor.predict_json(request_format, outputs)
+            written = {"DT_STRING": "a"}.get(dtype, value)
+            key = "predictions" if request_format == "row" else "outputs"
+            assert json_values.loads(body) == {key: [written] * rows}, dtype
+    for dtype in ("DT_COMPLEX64", "DT_COMPLEX128", "DT_QINT8", "DT_QUINT16", "DT_VARIANT",
+                  "DT_RESOURCE"):  # fmt: skip
+        outputs = {"fine": f32((rows,), [1.0] * rows), "z": p.Tensor(dtype, (rows,), [1j] * rows)}
+        for request_format in ("row", "columnar"):
+            with pytest.raises(ServingError) as caught:
+                json_tensor.predict_json(request_format, outputs)  # type: ignore[arg-type]
+            assert caught.value.code == Code.INVALID_ARGUMENT
+            kind = dtype.removeprefix("DT_").lower()
+            assert caught.value.message == (
+                f"Failed to write JSON value for tensor type: {kind} (output: z)"
+            )
+
+
+def test_an_input_dtype_json_cannot_carry_is_refused_naming_it() -> None:
+    complex_input = p.Signature({"z": p.TensorSpec("DT_COMPLEX64", (-1,))}, {"y": F32})
+    signatures = {"serving_default": complex_input}
+    for document, message in (
+        ({"inputs": [1.0]}, "Conversion of JSON Value: 1.0 to type: complex64 (input: z)"),
+        (
+            {"instances": [1.0]},
+            "Failed to process element: 0 of 'instances' list. Error: Conversion of JSON "
+            "Value: 1.0 to type: complex64 (input: z)",
+        ),
+    ):
+        with pytest.raises(ServingError) as caught:
+            json_tensor.parse_predict_request(document, signatures)
+        assert (caught.value.code, caught.value.message) == (Code.INVALID_ARGUMENT, message)
+
+
+def test_no_outputs_is_tf_serving_s_invalid_argument() -> None:
+    for request_format in ("row", "columnar"):
+        with pytest.raises(ServingError) as caught:
+            json_tensor.predict_json(request_format, {})
+        assert caught.value.code == Code.INVALID_ARGUMENT
+        assert caught.value.message == "Cannot convert empty tensor map to JSON"
+
+
 def test_nan_is_written_as_tf_serving_does() -> None:
     body = json_values.encode(
         json_tensor.predict_response("row", {"y": f32((2,), [math.nan, 1.0])})

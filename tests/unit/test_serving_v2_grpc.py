@@ -10,6 +10,7 @@ tests/container/test_v2_clients.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -21,7 +22,7 @@ import pytest
 from grpc import aio
 
 from tests.unit.test_serving_app import config, export
-from tests.unit.test_serving_v2_rest import Mixed
+from tests.unit.test_serving_v2_rest import NOT_PREDICT, Awkward, Mixed
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.codec import v2_proto as pb
 from tf_entrypoint.serving.core.serving_core import ServingCore
@@ -47,10 +48,12 @@ class Server:
         return await stub(request, timeout=10)
 
 
-async def _serve(tmp_path: Path, *args: str) -> AsyncIterator[Server]:
+async def _serve(
+    tmp_path: Path, *args: str, servable: Callable[[], Mixed] = Mixed
+) -> AsyncIterator[Server]:
     export(tmp_path)
     conf = config(tmp_path, *args)
-    core = build_core(conf, loader=lambda directory, version: Mixed())
+    core = build_core(conf, loader=lambda directory, version: servable())
     calls = Calls(core, conf)
     server = aio.server()
     services = CheckingServer(server, lambda method, code, started: None)
@@ -80,8 +83,10 @@ def run(coroutine: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Pat
     return test
 
 
-async def _with_server(tmp_path: Path, body: Callable[[Server], Awaitable[None]]) -> None:
-    async for server in _serve(tmp_path):
+async def _with_server(
+    tmp_path: Path, body: Callable[[Server], Awaitable[None]], servable: Callable[[], Mixed] = Mixed
+) -> None:
+    async for server in _serve(tmp_path, servable=servable):
         await body(server)
 
 
@@ -233,3 +238,59 @@ async def test_calls_are_counted_with_protocol_v2(tmp_path: Path) -> None:
         assert f"{live} 1.0" in page
 
     await _with_server(tmp_path, body)
+
+
+@run
+async def test_a_signature_that_cannot_predict_is_invalid_argument(tmp_path: Path) -> None:
+    async def body(server: Server) -> None:
+        request = pb.ModelInferRequest(model_name="model")
+        pb.set_parameter(request.parameters, "signature_name", "__saved_model_init_op")
+        _x_input(request, raw=False)
+        code, details = await _code(server, request)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+        assert details.endswith(NOT_PREDICT), details
+        assert "__saved_model_init_op" in details
+
+    await _with_server(tmp_path, body, Awkward)
+
+
+@run
+async def test_an_output_the_protocol_cannot_carry_is_invalid_argument(tmp_path: Path) -> None:
+    made: list[Awkward] = []
+
+    def servable() -> Awkward:
+        made.append(Awkward())
+        return made[-1]
+
+    async def body(server: Server) -> None:
+        request = pb.ModelInferRequest(model_name="model")
+        pb.set_parameter(request.parameters, "signature_name", "complex")
+        _x_input(request, raw=True)
+        code, details = await _code(server, request)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+        assert "output 'z'" in details
+        assert "COMPLEX64" in details
+        assert "complex" not in made[0].ran
+        request.outputs.add(name="sum")
+        response = await server.call("ModelInfer", request)
+        assert struct.unpack("<2f", response.raw_output_contents[0]) == (3.0, 7.5)
+
+    await _with_server(tmp_path, body, servable)
+
+
+def test_a_server_fault_is_logged_with_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(server: Server) -> None:
+        request = pb.ModelInferRequest(model_name="model")
+        pb.set_parameter(request.parameters, "signature_name", "broken")
+        _x_input(request, raw=False)
+        code, details = await _code(server, request)
+        assert (code, details) == (grpc.StatusCode.INTERNAL, "the kernel broke")
+
+    with caplog.at_level(logging.ERROR, logger="tf_entrypoint.serving"):
+        asyncio.run(_with_server(tmp_path, body, Awkward))
+    faults = [r for r in caplog.records if "the kernel broke" in r.getMessage()]
+    assert len(faults) == 1, [r.getMessage() for r in caplog.records]
+    assert faults[0].exc_info
+    assert faults[0].exc_info[2] is not None

@@ -8,6 +8,7 @@ binary tensor data extension, its errors, its metrics; the real clients
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from tests.unit.fake_servable import FakeServable
 from tests.unit.test_serving_app import config, export, make_app, serving, wait_ready
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.errors import Code, ServingError
 
 F32 = p.TensorSpec("DT_FLOAT", (-1, 2), "x:0")
 I64 = p.TensorSpec("DT_INT64", (-1,), "n:0")
@@ -371,3 +373,115 @@ def test_without_serving_default_the_first_runnable_signature_answers(tmp_path: 
         words = {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["a"]}
         named = {"parameters": {"signature_name": "words"}, "inputs": [words]}
         assert infer(client, named)["outputs"][1]["data"] == ["A"]  # type: ignore[index]
+
+
+class Awkward(Mixed):
+    """Mixed, plus what a real export adds: an init op's SignatureDef that the bundle can
+    run (a Session runs any SignatureDef) but whose method is none, as TF2 writes it; a
+    signature with a COMPLEX64 output; "broken", whose run fails with INTERNAL."""
+
+    signatures: Mapping[str, p.Signature] = {
+        **Mixed.signatures,
+        "__saved_model_init_op": p.Signature(
+            {}, {"__saved_model_init_op": p.TensorSpec("DT_INVALID", ())}, method_name=""
+        ),
+        "complex": p.Signature({"x": F32}, {"z": p.TensorSpec("DT_COMPLEX64", (-1,)), "sum": F32}),
+        "broken": Mixed.signatures["serving_default"],
+    }
+    #: The signatures run, by name (the complex one must not run unless it is filtered).
+    ran: list[str]
+
+    def __init__(self) -> None:
+        self.ran = []
+
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
+        self.ran.append(name)
+        if name == "broken":
+            raise ServingError(Code.INTERNAL, "the kernel broke")
+        if name == "complex":
+            assert "z" not in outputs, "a COMPLEX64 output was computed for v2"
+            return {"sum": super().run("serving_default", inputs, ["sum"])["sum"]}
+        return super().run(name, inputs, outputs)
+
+
+#: TF Serving's words for a signature a Predict cannot run (predict_util.cc).
+NOT_PREDICT = (
+    "Expected prediction signature method_name to be one of {tensorflow/serving/predict, "
+    "tensorflow/serving/classify, tensorflow/serving/regress}. Was: "
+)
+
+
+def test_a_signature_that_cannot_predict_is_a_400_in_tf_serving_s_words(tmp_path: Path) -> None:
+    with serving(tmp_path, Awkward()) as client:
+        body = {"parameters": {"signature_name": "__saved_model_init_op"}, "inputs": [X]}
+        response = client.post("/v2/models/model/infer", json=body)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error.endswith(NOT_PREDICT), error
+        assert "__saved_model_init_op" in error
+
+
+def test_an_output_the_protocol_cannot_carry_is_a_400_before_the_model_runs(
+    tmp_path: Path,
+) -> None:
+    servable = Awkward()
+    with serving(tmp_path, servable) as client:
+        for binary in (False, True):
+            body = {
+                "parameters": {"signature_name": "complex", "binary_data_output": binary},
+                "inputs": [X],
+            }
+            response = client.post("/v2/models/model/infer", json=body)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert "output 'z'" in error
+            assert "COMPLEX64" in error
+        assert "complex" not in servable.ran
+        body = {
+            "parameters": {"signature_name": "complex"},
+            "inputs": [X],
+            "outputs": [{"name": "sum"}],
+        }
+        assert infer(client, body)["outputs"][0]["data"] == [3.0, 7.5]  # type: ignore[index]
+
+
+def test_a_server_fault_is_logged_with_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with serving(tmp_path, Awkward()) as client:
+        body = {"parameters": {"signature_name": "broken"}, "inputs": [X]}
+        with caplog.at_level(logging.ERROR, logger="tf_entrypoint.serving"):
+            response = client.post("/v2/models/model/infer", json=body)
+            v1 = client.post(
+                "/v1/models/model:predict",
+                json={"signature_name": "broken", "instances": [[1.0, 2.0]]},
+            )
+        assert (response.status_code, v1.status_code) == (500, 500)
+        faults = [r for r in caplog.records if "the kernel broke" in r.getMessage()]
+        assert len(faults) == 2, [r.getMessage() for r in caplog.records]
+        assert all(r.exc_info and r.exc_info[2] is not None for r in faults)
+        # a user's mistake is not logged as a fault
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="tf_entrypoint.serving"):
+            assert client.post("/v2/models/model/infer", json={"inputs": "x"}).status_code == 400
+        assert not caplog.records
+
+
+def test_the_first_runnable_signature_is_never_an_init_op(tmp_path: Path) -> None:
+    class InitOpFirst(Awkward):
+        signatures: Mapping[str, p.Signature] = {
+            name: signature
+            for name, signature in Awkward.signatures.items()
+            if name not in ("serving_default", "broken")
+        }
+
+    with serving(tmp_path, InitOpFirst()) as client:
+        metadata = client.get("/v2/models/model").json()
+        assert [o["name"] for o in metadata["outputs"]] == ["sum", "z"]  # "complex"

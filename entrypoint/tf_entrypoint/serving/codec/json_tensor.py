@@ -25,12 +25,13 @@ from typing import Any, Literal
 
 from tf_entrypoint.serving.codec.json_values import (
     MAX_RANK,
+    WRITTEN_DTYPES,
     Converter,
     converter,
     encode,
     is_named_object,
 )
-from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.types import (
     DEFAULT_SIGNATURE,
     Signature,
@@ -173,11 +174,12 @@ def new_values(dtype: str) -> MutableSequence[Any]:
     return array.array(code) if code is not None else []
 
 
-def to_tensor(value: Any, spec: TensorSpec) -> Tensor:
-    """One JSON value (scalar or nested list) as a dense tensor of spec.dtype."""
+def to_tensor(value: Any, spec: TensorSpec, name: str = "") -> Tensor:
+    """One JSON value (scalar or nested list) as a dense tensor of spec.dtype (`name`:
+    the input's, for the error of a dtype JSON has no values for)."""
     shape = dense_shape(value)
     values = new_values(spec.dtype)
-    _fill(value, shape, converter(spec.dtype), values)
+    _fill(value, shape, converter(spec.dtype, name), values)
     return Tensor(spec.dtype, shape, values)
 
 
@@ -255,7 +257,7 @@ def _from_instances(instances: list[Any], signature: Signature) -> dict[str, Ten
         # TF Serving's AddInstanceItem does: filled, then its size, then its shape.
         spec = signature.inputs[name]
         shape = dense_shape(item)
-        _fill(item, shape, converter(spec.dtype), values[name])
+        _fill(item, shape, converter(spec.dtype, name), values[name])
         if name not in shapes:
             shapes[name] = shape
         elif shapes[name] != shape:
@@ -315,12 +317,12 @@ def _from_inputs(value: Any, signature: Signature) -> dict[str, Tensor]:
                 "inputs is a plain value/list, but expecting an object as multiple input "
                 "tensors required as per tensorinfo_map"
             )
-        return {names[0]: to_tensor(value, signature.inputs[names[0]])}
+        return {names[0]: to_tensor(value, signature.inputs[names[0]], names[0])}
     tensors = {}
     for name in names:
         if name not in value:
             raise invalid_argument(f"Missing named input: {name} in 'inputs' object.")
-        tensors[name] = to_tensor(value[name], signature.inputs[name])
+        tensors[name] = to_tensor(value[name], signature.inputs[name], name)
     return tensors
 
 
@@ -360,6 +362,26 @@ def _leaves(name: str, dtype: str, values: Sequence[Any]) -> list[Any]:
     return leaves
 
 
+def check_json_outputs(outputs: Mapping[str, Tensor]) -> None:
+    """Refuse an answer JSON cannot hold, before any of it is written.
+
+    No outputs is TF Serving's INVALID_ARGUMENT. An output's dtype must be
+    one JSON writes (json_values.WRITTEN_DTYPES: the real numbers, bool and
+    string); for any other (complex, quantized, variant, resource) TF
+    Serving's words, naming the output: gRPC's Predict carries the ones a
+    TensorProto can.
+    """
+    if not outputs:
+        raise invalid_argument("Cannot convert empty tensor map to JSON")
+    for name in sorted(outputs):
+        dtype = outputs[name].dtype
+        if dtype not in WRITTEN_DTYPES:
+            raise invalid_argument(
+                "Failed to write JSON value for tensor type: "
+                f"{dtype.removeprefix('DT_').lower()} (output: {name})"
+            )
+
+
 def predict_response(
     request_format: RequestFormat, outputs: Mapping[str, Tensor]
 ) -> dict[str, Any]:
@@ -368,8 +390,7 @@ def predict_response(
     One output is written without its name (a flat list for a [batch] output),
     several as objects keyed by output name.
     """
-    if not outputs:
-        raise ServingError(Code.INTERNAL, "Cannot convert empty tensor map to JSON")
+    check_json_outputs(outputs)
     names = sorted(outputs)
     if request_format == "columnar":
         columns = {
@@ -417,6 +438,7 @@ def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -
     the row format with several outputs). Same checks and errors as
     :func:`predict_response`.
     """
+    check_json_outputs(outputs)
     if sum(len(tensor.values) for tensor in outputs.values()) <= JSON_VALUES:
         return encode(predict_response(request_format, outputs))  # one chunk: no chunking
     names = sorted(outputs)

@@ -246,9 +246,17 @@ class _String(Converter):
 
 
 class _Unsupported(Converter):
+    """A dtype JSON has no values for (complex, quantized, float8, int4, variant,
+    resource): TF Serving's words, and the input's name where it is known."""
+
+    def __init__(self, type_name: str, name: str = "") -> None:
+        super().__init__(type_name)
+        self.name = name
+
     def __call__(self, value: Any) -> Any:
+        where = f" (input: {self.name})" if self.name else ""
         raise invalid_argument(
-            f"Conversion of JSON Value: {quote(value)} to type: {self.type_name}"
+            f"Conversion of JSON Value: {quote(value)} to type: {self.type_name}{where}"
         )
 
 
@@ -270,14 +278,25 @@ _CONVERTERS: dict[str, Converter] = {
 }
 
 
-def converter(dtype: str) -> Converter:
+def converter(dtype: str, name: str = "") -> Converter:
+    """The converter of `dtype`'s values; one that refuses every value, naming the
+    input `name`, for a dtype JSON has none for."""
     found = _CONVERTERS.get(dtype)
     if found is None:
-        return _Unsupported(dtype.removeprefix("DT_").lower())
+        return _Unsupported(dtype.removeprefix("DT_").lower(), name)
     return found
 
 
 SUPPORTED_DTYPES = frozenset(_CONVERTERS)
+#: The dtypes an answer writes as JSON: those read (numbers, half and bfloat16
+#: included, bool, string) and the narrower real numbers a model may return,
+#: ml_dtypes' float8 and float4 (numbers) and 4- and 2-bit integers. Not complex
+#: (no JSON number), the quantized types (integers without their scale: TF Serving
+#: writes none of these either), variant or resource.
+WRITTEN_DTYPES = SUPPORTED_DTYPES | frozenset(
+    {"DT_FLOAT8_E5M2", "DT_FLOAT8_E4M3FN", "DT_FLOAT8_E4M3FNUZ", "DT_FLOAT8_E4M3B11FNUZ"}
+    | {"DT_FLOAT8_E5M2FNUZ", "DT_FLOAT4_E2M1FN", "DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"}
+)
 
 
 def encode(body: Any) -> bytes:

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 
 from tf_entrypoint.serving.core import limits
-from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.types import Tensor, format_shape
 
 #: Values converted to Python objects at a time (bounds the conversion's scratch memory).
@@ -52,9 +52,20 @@ NUMPY_DTYPES: dict[str, Any] = {
     "DT_UINT64": np.dtype(np.uint64),
     "DT_FLOAT8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
     "DT_FLOAT8_E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
+    "DT_FLOAT8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "DT_FLOAT8_E4M3B11FNUZ": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    "DT_FLOAT8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "DT_FLOAT4_E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
     "DT_INT4": np.dtype(ml_dtypes.int4),
     "DT_UINT4": np.dtype(ml_dtypes.uint4),
+    "DT_INT2": np.dtype(ml_dtypes.int2),
+    "DT_UINT2": np.dtype(ml_dtypes.uint2),
 }
+#: The one-byte float types, which a TensorProto carries in float8_val (bytes).
+FLOAT8_TYPES = frozenset(
+    {"DT_FLOAT8_E5M2", "DT_FLOAT8_E4M3FN", "DT_FLOAT8_E4M3FNUZ", "DT_FLOAT8_E4M3B11FNUZ"}
+    | {"DT_FLOAT8_E5M2FNUZ", "DT_FLOAT4_E2M1FN"}
+)
 
 #: TensorProto's typed value field for each dtype (Tensor::AsProtoField).
 _VALUE_FIELDS = {
@@ -70,6 +81,9 @@ _VALUE_FIELDS = {
     "DT_UINT64": "uint64_val",
     "DT_BOOL": "bool_val",
     "DT_STRING": "string_val",
+    # int_val too: the quantized types and the 4- and 2-bit integers
+    **dict.fromkeys(("DT_QINT8", "DT_QUINT8", "DT_QINT16", "DT_QUINT16", "DT_QINT32"), "int_val"),
+    **dict.fromkeys(("DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"), "int_val"),
 }
 
 #: How Tensor::FromProto reads each dtype from its typed field: the field and
@@ -86,12 +100,11 @@ _PROTO_READS: dict[str, tuple[str, Any]] = {
     "DT_BFLOAT16": ("half_val", np.int32),
     "DT_COMPLEX64": ("scomplex_val", np.float32),  # (real, imaginary) pairs
     "DT_COMPLEX128": ("dcomplex_val", np.float64),
-    "DT_FLOAT8_E5M2": ("float8_val", np.uint8),
-    "DT_FLOAT8_E4M3FN": ("float8_val", np.uint8),
+    **dict.fromkeys(FLOAT8_TYPES, ("float8_val", np.uint8)),
     "DT_STRING": ("string_val", object),
     **dict.fromkeys(
         ("DT_INT32", "DT_INT16", "DT_INT8", "DT_UINT8", "DT_UINT16", "DT_INT4", "DT_UINT4",
-         "DT_QINT8", "DT_QUINT8", "DT_QINT16", "DT_QUINT16", "DT_QINT32"),
+         "DT_INT2", "DT_UINT2", "DT_QINT8", "DT_QUINT8", "DT_QINT16", "DT_QUINT16", "DT_QINT32"),
         ("int_val", np.int32),
     ),
 }  # fmt: skip
@@ -113,8 +126,10 @@ def _sent(proto: Any, dtype: str) -> int:
 
 def _decoded_size(key: str, proto: Any, dtype: str, count: int) -> int:
     """What decoding a TensorProto of `count` elements would take (limits.py)."""
-    if dtype not in _PROTO_READS:
-        raise limits.parse_error(key)
+    if dtype not in _PROTO_READS:  # DT_VARIANT, DT_RESOURCE: TF Serving's words, and why
+        raise invalid_argument(
+            f"{limits.parse_error(key).message} ({dtype} values cannot be sent to this server)"
+        )
     if dtype != "DT_STRING":
         return count * int(NUMPY_DTYPES[dtype].itemsize)
     if proto.tensor_content:  # TensorFlow's string encoding: not read here
@@ -207,7 +222,7 @@ def _decode(key: str, proto: Any, dtype: str, count: int) -> Any:
         return flat
     pairs = dtype in ("DT_COMPLEX64", "DT_COMPLEX128")
     head = np.fromiter(values, dtype=read_as, count=used * 2 if pairs else used)
-    if pairs or dtype.startswith("DT_FLOAT8"):
+    if pairs or dtype in FLOAT8_TYPES:
         head = head.view(target)
     elif dtype in ("DT_HALF", "DT_BFLOAT16"):
         head = head.astype(np.uint16).view(target)
@@ -237,16 +252,21 @@ def as_proto_field(name: str, tensor: Tensor) -> Any:
     field = _VALUE_FIELDS.get(dtype)
     if field is not None:
         values = getattr(proto, field)
+        if flat.dtype.names:  # a quantized type: NumPy's one-field structured dtype
+            flat = flat[flat.dtype.names[0]]
+        elif dtype in ("DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"):  # ml_dtypes' types
+            flat = flat.astype(np.int32)
     elif dtype in ("DT_HALF", "DT_BFLOAT16"):
         values, flat = proto.half_val, flat.view("uint16")
     elif dtype in ("DT_COMPLEX64", "DT_COMPLEX128"):
         # (real, imaginary) pairs: the same memory seen as twice as many floats
         values = proto.scomplex_val if dtype == "DT_COMPLEX64" else proto.dcomplex_val
         flat = flat.view("float32" if dtype == "DT_COMPLEX64" else "float64")
-    else:
-        raise ServingError(
-            Code.INTERNAL, f"Output {name} has type {dtype}, which cannot be sent in a reply"
-        )
+    elif dtype in FLOAT8_TYPES:  # one byte each, as Tensor::AsProtoField writes them
+        proto.float8_val = flat.view(np.uint8).tobytes()
+        return proto
+    else:  # DT_VARIANT, DT_RESOURCE: no values a client could read
+        raise invalid_argument(f"Output {name} has type {dtype}, which cannot be sent in a reply")
     for start in range(0, flat.size, CHUNK):  # Python objects for one chunk at a time
         values.extend(flat[start : start + CHUNK].tolist())
     return proto

@@ -141,7 +141,7 @@ def _input(
     datatype = item.get("datatype")
     if not isinstance(datatype, str):
         raise invalid_argument(f"input '{name}' needs a 'datatype' string, not {quote(datatype)}")
-    v2_tensor.datatype(datatype)
+    v2_tensor.datatype(datatype, name)
     v2_tensor.check_input(name, datatype, shape, signature_inputs.get(name))
     parameters = _parameters(f"input '{name}'", item.get("parameters"))
     size = parameters.get("binary_data_size")
@@ -234,15 +234,15 @@ def infer_response(
             "datatype": v2_tensor.v2_datatype(tensor.dtype),
             "shape": list(tensor.shape),
         }
-        if binary:
-            raw = v2_tensor.to_raw(tensor)
-            parts.append(raw)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-        else:
-            try:
+        try:
+            if binary:
+                raw = v2_tensor.to_raw(tensor)
+                parts.append(raw)
+                entry["parameters"] = {"binary_data_size": len(raw)}
+            else:
                 entry["data"] = v2_tensor.to_json_data(tensor)
-            except ServingError as err:
-                raise invalid_argument(f"output '{name}': {err.message}") from None
+        except ServingError as err:
+            raise invalid_argument(f"output '{name}': {err.message}") from None
         entries.append(entry)
     document: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
     if request_id is not None:

@@ -86,7 +86,8 @@ MAX_DIMS = 254
 #: that the protocol has no datatype for.
 NO_EQUIVALENT = frozenset(
     {"COMPLEX64", "COMPLEX128", "QINT8", "QUINT8", "QINT16", "QUINT16", "QINT32", "RESOURCE"}
-    | {"VARIANT", "INT4", "UINT4", "FLOAT8_E5M2", "FLOAT8_E4M3FN"}
+    | {"VARIANT", "INT4", "UINT4", "INT2", "UINT2", "FLOAT8_E5M2", "FLOAT8_E4M3FN"}
+    | {"FLOAT8_E4M3FNUZ", "FLOAT8_E4M3B11FNUZ", "FLOAT8_E5M2FNUZ", "FLOAT4_E2M1FN"}
 )
 #: BYTES elements' length prefix.
 _LENGTH = struct.Struct("<I")
@@ -115,15 +116,19 @@ def v2_datatype(tf_dtype: str) -> str:
     return found.name if found is not None else tf_dtype.removeprefix("DT_")
 
 
-def datatype(v2_name: str) -> Datatype:
-    """The :class:`Datatype` of a protocol name; INVALID_ARGUMENT for any other name."""
+def datatype(v2_name: str, name: str | None = None) -> Datatype:
+    """The :class:`Datatype` of a protocol name; INVALID_ARGUMENT for any other name
+    (naming the input `name` when given)."""
     found = DATATYPES.get(v2_name) if isinstance(v2_name, str) else None
     if found is not None:
         return found
+    where = "" if name is None else f"input '{name}': "
     if v2_name in NO_EQUIVALENT:
-        raise invalid_argument(f"datatype {v2_name} has no Open Inference Protocol equivalent")
+        raise invalid_argument(
+            f"{where}datatype {v2_name} has no Open Inference Protocol equivalent"
+        )
     raise invalid_argument(
-        f"unknown datatype {quote(v2_name)}; the Open Inference Protocol's datatypes are "
+        f"{where}unknown datatype {quote(v2_name)}; the Open Inference Protocol's datatypes are "
         + ", ".join(DATATYPES)
     )
 
@@ -167,6 +172,21 @@ def check_input(name: str, v2_name: str, shape: Sequence[int], spec: TensorSpec 
     if spec is not None:
         check_datatype(name, v2_name, spec)
         check_shape(name, shape, spec)
+
+
+def check_outputs(specs: Mapping[str, TensorSpec], wanted: Sequence[str]) -> None:
+    """Refuse, before the model runs, a call that would return an output the protocol
+    cannot carry (a COMPLEX64 output, say): `wanted` are the requested outputs, every
+    one of the signature's when empty; an unknown name is the core's to report."""
+    for name in wanted or sorted(specs):
+        spec = specs.get(name)
+        if spec is not None and spec.dtype not in BY_DTYPE:
+            raise invalid_argument(
+                f"output '{name}': the model's signature gives datatype "
+                f"{v2_datatype(spec.dtype)}, which has no Open Inference Protocol equivalent; "
+                "leave it out of the request's outputs, or call this signature through TF "
+                "Serving's API"
+            )
 
 
 def tensor_metadata(specs: Mapping[str, TensorSpec]) -> list[tuple[str, str, list[int]]]:
@@ -214,7 +234,7 @@ def from_raw(
     name: str, datatype_name: str, shape: Sequence[int], data: bytes | memoryview, limit: int
 ) -> Tensor:
     """A tensor from raw little-endian bytes; numbers stay in `data` (a memoryview, no copy)."""
-    dt = datatype(datatype_name)
+    dt = datatype(datatype_name, name)
     count = element_count(name, shape)
     view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
     dims = tuple(shape)
@@ -344,7 +364,7 @@ def _value_error(name: str, index: int, value: Any, expected: str) -> Exception:
 
 def from_json(name: str, datatype_name: str, shape: Sequence[int], data: Any, limit: int) -> Tensor:
     """A tensor from a REST input's `data`: flat or nested lists, row-major."""
-    dt = datatype(datatype_name)
+    dt = datatype(datatype_name, name)
     count = element_count(name, shape)
     dims = tuple(shape)
     _check_limit(name, dt, dims, count * (dt.itemsize or STRING_ELEMENT_BYTES), limit)
@@ -459,7 +479,7 @@ def from_contents(
     name: str, datatype_name: str, shape: Sequence[int], values: Sequence[Any], limit: int
 ) -> Tensor:
     """A tensor from a gRPC input's typed contents (the field CONTENTS_FIELD names)."""
-    dt = datatype(datatype_name)
+    dt = datatype(datatype_name, name)
     if not dt.contents:
         raise invalid_argument(
             f"input '{name}': datatype {dt.name} has no typed contents field; send it in "

@@ -11,6 +11,9 @@ at capacity); the code is still the canonical one.
 from __future__ import annotations
 
 import enum
+import logging
+
+log = logging.getLogger("tf_entrypoint.serving")
 
 
 class Code(enum.IntEnum):
@@ -93,3 +96,15 @@ def not_found(message: str) -> ServingError:
 
 def unavailable(message: str) -> ServingError:
     return ServingError(Code.UNAVAILABLE, message)
+
+
+#: The codes that say the server failed rather than the request (REST 500): an
+#: answer with one is logged, since no user's mistake should ever cause one.
+SERVER_FAULTS = frozenset({Code.UNKNOWN, Code.INTERNAL, Code.DATA_LOSS})
+
+
+def log_server_fault(err: ServingError, where: str) -> None:
+    """Log `err`, with the traceback of where it was raised, if its code is a
+    server fault (an answer of 500 or INTERNAL is never silent); else nothing."""
+    if err.code in SERVER_FAULTS:
+        log.error("%s answered %s: %s", where, err.code.name, err.message, exc_info=err)

@@ -179,13 +179,7 @@ def checked_predict(
             raise invalid_argument(f'Serving signature name: "{name}" not found in signature def')
         raise ServingError(Code.FAILED_PRECONDITION, f'Serving signature key "{name}" not found.')
     if not rest and signature.method_name not in RUNNABLE_METHODS:
-        raise ServingError(
-            Code.INTERNAL,
-            "Expected prediction signature method_name to be one of {"
-            + ", ".join(RUNNABLE_METHODS)
-            + "}. Was: "
-            + signature.method_name,
-        )
+        raise ServingError(Code.INTERNAL, method_name_message(signature))
     check_input_names(inputs.keys(), signature)
     check_output_filter(output_filter, signature)
     check_dtypes(inputs, signature)
@@ -193,23 +187,52 @@ def checked_predict(
     return name, inputs.tensors(), wanted
 
 
+def method_name_message(signature: Signature) -> str:
+    """TF Serving's words for a signature a Predict cannot run (predict_util.cc)."""
+    return (
+        "Expected prediction signature method_name to be one of {"
+        + ", ".join(RUNNABLE_METHODS)
+        + "}. Was: "
+        + signature.method_name
+    )
+
+
+def predicts(servable: Servable, name: str) -> bool:
+    """Whether a Predict can run signature `name`: the servable runs it and its
+    method is predict, classify or regress (not an init op's SignatureDef)."""
+    signature = servable.signatures.get(name)
+    return (
+        signature is not None and signature.method_name in RUNNABLE_METHODS and servable.runs(name)
+    )
+
+
 def unnamed_signature(requested: str | None, servable: Servable) -> str:
     """The signature a request of a protocol without signature names runs (the Open
     Inference Protocol), and the one its metadata describes: `requested` (its
     `signature_name` parameter) if given, else serving_default, else the first
-    signature the servable can run in name order (docs/v2.md, "Which signature")."""
+    signature a Predict can run in name order (docs/v2.md, "Which signature").
+
+    A requested signature that is not a prediction signature (a TF2 export's
+    ``__saved_model_init_op``) is the user's mistake: INVALID_ARGUMENT with TF
+    Serving's words, where gRPC's Predict keeps TF Serving's INTERNAL.
+    """
     signatures = servable.signatures
     if requested:
-        if requested not in signatures:
+        signature = signatures.get(requested)
+        if signature is None:
             raise invalid_argument(
                 f"signature {quote(requested)} not found; the model's signatures: "
                 + ", ".join(sorted(signatures))
+            )
+        if signature.method_name not in RUNNABLE_METHODS:
+            raise invalid_argument(
+                f"signature {quote(requested)} cannot be called: {method_name_message(signature)}"
             )
         return requested
     if DEFAULT_SIGNATURE in signatures:
         return DEFAULT_SIGNATURE
     for name in sorted(signatures):
-        if servable.runs(name):
+        if predicts(servable, name):
             return name
     raise ServingError(Code.FAILED_PRECONDITION, "the model has no signature to run")
 

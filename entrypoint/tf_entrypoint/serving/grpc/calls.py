@@ -29,7 +29,12 @@ from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
-from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.errors import (
+    Code,
+    ServingError,
+    invalid_argument,
+    log_server_fault,
+)
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 
@@ -173,6 +178,7 @@ class Calls:
                     response = await response
             code, message = "OK", ""
         except ERRORS as err:
+            log_server_fault(err, f"gRPC {method}")
             code, message = code_name(err), err.message
         except ConfigError as err:
             code, message = "INVALID_ARGUMENT", str(err)

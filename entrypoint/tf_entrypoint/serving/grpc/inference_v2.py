@@ -66,7 +66,7 @@ def _inputs(request: Any, signature: p.Signature, limit: int) -> dict[str, p.Ten
                 )
             decoded = v2_tensor.from_raw(name, datatype, shape, raw[index], limit)
         else:
-            field = v2_tensor.datatype(datatype).contents
+            field = v2_tensor.datatype(datatype, name).contents
             values = getattr(tensor.contents, field) if field else ()
             decoded = v2_tensor.from_contents(name, datatype, shape, values, limit)
         tensors[name] = decoded
@@ -178,6 +178,7 @@ class InferenceService:
             name = inference.signature_of(_parameters(request), servable)
             tensors = _inputs(request, signatures[name], self.h.state.limits.expansion)
             wanted = [output.name for output in request.outputs]
+            v2_tensor.check_outputs(signatures[name].outputs, wanted)
             started = time.perf_counter()
             name, outputs = inference.predict(servable, name, Decoded(tensors), wanted)
             self.h.observe_inference("ModelInfer", route, time.perf_counter() - started)
@@ -189,7 +190,10 @@ class InferenceService:
             response.outputs.add(
                 name=alias, datatype=v2_tensor.v2_datatype(tensor.dtype), shape=list(tensor.shape)
             )
-            response.raw_output_contents.append(v2_tensor.to_raw(tensor))
+            try:
+                response.raw_output_contents.append(v2_tensor.to_raw(tensor))
+            except ServingError as err:
+                raise invalid_argument(f"output '{alias}': {err.message}") from None
         return response
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_entrypoint.server_flags import DEFAULT_MAX_GRAPH_BYTES
-from tf_entrypoint.serving.codec.tensor_proto import CHUNK, NUMPY_DTYPES, dtype_name
+from tf_entrypoint.serving.codec.tensor_proto import CHUNK, FLOAT8_TYPES, NUMPY_DTYPES, dtype_name
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import tensorflow_error_message
 from tf_entrypoint.serving.core.servable import Call, Done, Pending
@@ -41,6 +41,31 @@ MAX_ERROR_MESSAGE = 2000
 #: Output dtypes written as the shortest text of their float32 value (0.1, not
 #: 0.10000000149011612).
 FLOATS = frozenset({"DT_FLOAT", "DT_HALF", "DT_BFLOAT16"})
+#: Output dtypes whose values are made Python objects by kind: the floats (FLOATS
+#: and ml_dtypes' float8 and float4) as the shortest text that reads back as the same
+#: value; ml_dtypes' narrow integers as Python ints.
+_VALUE_KINDS = {
+    **dict.fromkeys(FLOATS | FLOAT8_TYPES, "float"),
+    **dict.fromkeys(("DT_INT4", "DT_UINT4", "DT_INT2", "DT_UINT2"), "int"),
+}
+
+
+#: Output dtypes TensorFlow cannot hand to Python (a resource handle, a variant's C++
+#: object: "Tensorflow type 21 not convertible to numpy dtype", an INTERNAL error), so
+#: no protocol can carry them.
+OPAQUE = frozenset({"DT_VARIANT", "DT_RESOURCE"})
+
+
+def check_fetchable(signature: Signature, outputs: Sequence[str]) -> None:
+    """Refuse, before the run, to fetch an output no reply can carry (INVALID_ARGUMENT
+    naming it and its type, in codec/tensor_proto.py's words), where TensorFlow
+    would run the graph and then fail with INTERNAL."""
+    for alias in outputs:
+        spec = signature.outputs.get(alias)
+        if spec is not None and spec.dtype in OPAQUE:
+            raise invalid_argument(
+                f"Output {alias} has type {spec.dtype}, which cannot be sent in a reply"
+            )
 
 
 @contextlib.contextmanager
@@ -99,11 +124,12 @@ class OutputValues(Sequence[Any]):
     them; NaN and Inf pass through.
     """
 
-    __slots__ = ("_flat", "_floats")
+    __slots__ = ("_flat", "_kind")
 
-    def __init__(self, flat: Any, floats: bool) -> None:
+    def __init__(self, flat: Any, kind: str = "") -> None:
         self._flat = flat
-        self._floats = floats
+        #: "float", "int" (_VALUE_KINDS), or "" for tolist() as it is.
+        self._kind = kind
 
     def __len__(self) -> int:
         return int(self._flat.size)
@@ -114,17 +140,17 @@ class OutputValues(Sequence[Any]):
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return _python_values(self._flat[index], self._floats)
-        return _python_values(self._flat[index : index + 1 or None], self._floats)[0]
+            return _python_values(self._flat[index], self._kind)
+        return _python_values(self._flat[index : index + 1 or None], self._kind)[0]
 
     def __iter__(self) -> Iterator[Any]:
         for start in range(0, len(self), CHUNK):
-            yield from _python_values(self._flat[start : start + CHUNK], self._floats)
+            yield from _python_values(self._flat[start : start + CHUNK], self._kind)
 
     def tolist(self) -> list[Any]:
         values: list[Any] = []
         for start in range(0, len(self), CHUNK):
-            values.extend(_python_values(self._flat[start : start + CHUNK], self._floats))
+            values.extend(_python_values(self._flat[start : start + CHUNK], self._kind))
         return values
 
     def tobytes(self) -> bytes:
@@ -138,11 +164,43 @@ class OutputValues(Sequence[Any]):
         return self._flat if dtype is None else self._flat.astype(dtype)
 
 
-def _python_values(flat: Any, floats: bool) -> list[Any]:
-    if floats:
-        return [float(text) for text in flat.astype(str).tolist()]
+def _python_values(flat: Any, kind: str) -> list[Any]:
+    if kind == "float":
+        native = flat.dtype in (np.float16, np.float32)
+        texts = flat.astype(str) if native else _shortest_texts(flat)
+        return [float(text) for text in texts.tolist()]
+    if kind == "int":
+        flat = flat.astype(np.int64)
     values: list[Any] = flat.tolist()
     return values
+
+
+#: Significant digits that tell every float32 apart (its max_digits10), so every
+#: narrower float too.
+_FLOAT32_DIGITS = 9
+
+
+def _shortest_texts(flat: Any) -> Any:
+    """The shortest text that reads back as the same value, for a float type NumPy
+    writes no text for (ml_dtypes' bfloat16, float8 and float4: ``astype(str)``
+    raises TypeError), as ``astype(str)`` gives it for float16 and float32.
+
+    Each pass, one more significant digit, formats only the values no shorter
+    text has matched (a bfloat16 needs 2 to 4, a float8 1 to 3); NaN, which
+    matches nothing, is written as float32 writes it.
+    """
+    wide = flat.astype(np.float32)
+    texts = np.empty(wide.shape, dtype="<U16")
+    todo = np.arange(wide.size)
+    for digits in range(1, _FLOAT32_DIGITS + 1):
+        trial = np.char.mod(f"%.{digits}g", wide[todo])
+        same = trial.astype(np.float32).astype(flat.dtype) == flat[todo]
+        texts[todo[same]] = trial[same]
+        todo = todo[~same]
+        if not todo.size:
+            break
+    texts[todo] = wide[todo].astype(str)
+    return texts
 
 
 #: DataType names by enum (types_pb2's lookup, once per dtype).
@@ -157,7 +215,7 @@ def to_tensor(value: Output) -> Tensor:
         dtype = _DTYPE_NAMES.setdefault(enum, dtype_name(enum))
     array = value.numpy()
     shape = tuple(int(d) for d in array.shape)
-    return Tensor(dtype, shape, OutputValues(array.reshape(-1), dtype in FLOATS))
+    return Tensor(dtype, shape, OutputValues(array.reshape(-1), _VALUE_KINDS.get(dtype, "")))
 
 
 class Runner(Protocol):
@@ -284,6 +342,7 @@ class TensorFlowServable:
         on and the signature can be batched (model/batching.py).
         """
         runner = self.runner
+        check_fetchable(self._signatures[name], outputs)
         with tensorflow_errors():
             arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
             if batch:
@@ -305,6 +364,7 @@ class TensorFlowServable:
     ) -> Pending | None:
         """A predict queued for a batch without waiting (core/servable.py); None when
         batching is off or the call cannot be batched."""
+        check_fetchable(self._signatures[name], outputs)
         with tensorflow_errors():
             arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
 
@@ -331,6 +391,7 @@ class TensorFlowServable:
         with tensorflow_errors():
             for name, inputs, outputs in calls:
                 signature = self._signatures[name]
+                check_fetchable(signature, outputs)
                 for key, tensor in inputs.items():
                     if id(tensor) not in arrays:
                         arrays[id(tensor)] = to_array(tensor)

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, log_server_fault
 
 #: What a request handler catches: the one error type.
 ERRORS = (ServingError,)
@@ -77,7 +77,9 @@ def error_headers(err: ServingError) -> dict[str, str]:
 
 
 def error_answer(err: ServingError) -> Answer:
-    """An error as TF Serving's JSON answer, with its status, headers and code."""
+    """An error as TF Serving's JSON answer, with its status, headers and code (a
+    server fault logged with its traceback: core/errors.py's log_server_fault)."""
+    log_server_fault(err, "REST")
     body = encode(p.error_body(err.message))
     return Answer(http_status(err), body, error_headers(err), err.code.name)
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from tf_entrypoint import __version__
-from tf_entrypoint.serving.codec import v2_json
+from tf_entrypoint.serving.codec import v2_json, v2_tensor
 from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
@@ -108,6 +108,7 @@ def infer(
                 )
             name = signature_of(request.parameters, servable)
             wanted = [output.name for output in request.outputs]
+            v2_tensor.check_outputs(signatures[name].outputs, wanted)
             started = time.perf_counter()
             name, outputs = core_inference.predict(servable, name, Decoded(request.inputs), wanted)
             observe_inference(time.perf_counter() - started)
