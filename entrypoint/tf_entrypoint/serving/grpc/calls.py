@@ -29,6 +29,8 @@ from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.deadlines import within
+from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
@@ -142,6 +144,8 @@ class Calls:
         self.config = config
         self.manager = state.manager
         self.metrics = state.metrics
+        #: Calls whose message did not arrive in time: logged, a line at most every minute.
+        self.late = LateMessages()
 
     def timeout(self, context: Context) -> float:
         """Seconds the request may wait and run: --request-timeout or the deadline."""
@@ -211,11 +215,20 @@ class Calls:
             self.observe(method, code_name(err), started, None)
             await abort(context, code_name(err), err.message)
         try:
+            timeout = self.timeout(context)
             try:
                 with cutoff.track():  # a message still arriving when the grace period ends
-                    request = await context.read()
+                    request = await within(context.read(), timeout)
+            except TIMEOUT_ERRORS:
+                request = self._late_message(method, context, timeout)
             except asyncio.CancelledError:
-                if not cutoff.fired:  # the client went away
+                if not cutoff.fired:  # the client went away, or its deadline passed
+                    remaining = context.time_remaining()
+                    passed = remaining is not None and remaining < 0.01
+                    if passed:
+                        self.late.note(method, timeout, client=True)
+                    self.observe(method, "DEADLINE_EXCEEDED" if passed else "CANCELLED",
+                                 started, None)  # fmt: skip
                     raise
                 cutoff.absorb()
                 request = ServingError(Code.UNAVAILABLE, cutoff.message)
@@ -232,6 +245,17 @@ class Calls:
             return await handle(request, admission)
         finally:
             admission.close()
+
+    def _late_message(self, method: str, context: Context, timeout: float) -> ServingError:
+        """The DEADLINE_EXCEEDED of a call whose message did not arrive within `timeout`."""
+        client = timeout < (self.config.request_timeout or float("inf"))
+        self.late.note(method, timeout, client=client)
+        if client:  # the client's own deadline: the words its other calls get
+            return ServingError(Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return ServingError(
+            Code.DEADLINE_EXCEEDED,
+            f"Request message not received within {timeout:g} s (--request-timeout)",
+        )
 
     async def infer(
         self,
@@ -272,6 +296,39 @@ class Calls:
         self.metrics.observe_inference(model, seconds)
         if method in INFERENCE_METHODS:
             self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+
+
+class LateMessages:
+    """The log of calls whose request message did not arrive before their deadline.
+
+    One line for the first, then at most one line every LOG_EVERY seconds
+    counting those since: a client holding thousands of stalled streams must
+    not flood the log (the metrics count each call, code DEADLINE_EXCEEDED).
+    """
+
+    LOG_EVERY = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: float | None = None
+        self._unlogged = 0
+
+    def note(self, method: str, timeout: float, *, client: bool) -> None:
+        self._unlogged += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.LOG_EVERY:
+            return
+        count, self._unlogged, self._last = self._unlogged, 0, now
+        within_what = "the client's deadline" if client else "--request-timeout"
+        log.warning(
+            "gRPC %s: %d call(s) ended DEADLINE_EXCEEDED because the request message did "
+            "not arrive within %s (%g s), their admission places given back%s",
+            method,
+            count,
+            within_what,
+            timeout,
+            f" (lines at most every {self.LOG_EVERY:g} s)" if count > 1 else "",
+        )
 
 
 class Undecodable:
