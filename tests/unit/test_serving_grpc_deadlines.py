@@ -8,6 +8,10 @@ message is now awaited within the call's deadline (--request-timeout, or the
 client's when shorter). ModelInfer stands for the five here (the host has no
 tensorflow_serving.apis; the same frame, Calls.admitted, runs them all, and
 tests/container/test_grpc.py stalls Predict in the image).
+
+A call still awaiting its message also gives its place to a newcomer when
+every place is taken (after admission.EVICTABLE_AFTER), so that such a client
+cannot keep others out even until the deadline.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from grpc import aio
 
 from tests.unit.test_serving_v2_grpc import Server, _serve, _x_input, run
 from tf_entrypoint.serving.codec import v2_proto as pb
+from tf_entrypoint.serving.core import admission
+from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.grpc.calls import LateMessages
 
 INFER = f"/{pb.SERVICE}/ModelInfer"
@@ -82,7 +90,7 @@ def _count(server: Server, code: str) -> str | None:
 
 async def _wait_admitted(server: Server, count: int) -> None:
     deadline = time.monotonic() + 10
-    while server.core.pool.admitted < count and time.monotonic() < deadline:
+    while server.core.pool.admitted != count and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert server.core.pool.admitted == count
 
@@ -115,6 +123,64 @@ async def _stalled_streams(tmp_path: Path) -> None:
         assert all("--request-timeout" in details for details in late), late
         assert server.core.pool.admitted == 0
         assert _count(server, "DEADLINE_EXCEEDED") == "2.0"
+
+
+def test_a_newcomer_takes_the_place_of_a_stalled_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stalled calls hold every place and the deadline is a minute away: another
+    client's call still gets in, the stalled call that waited longest ends
+    RESOURCE_EXHAUSTED saying why, and the others keep waiting."""
+    monkeypatch.setattr(admission, "EVICTABLE_AFTER", 0.0)
+
+    async def body() -> None:
+        async for server in _serve(tmp_path, "--max-queue", "2", "--request-timeout", "60"):
+            first = _stalled(server)
+            await _wait_admitted(server, 1)
+            second = _stalled(server)
+            await _wait_admitted(server, 2)
+            code, seconds = await _infer_until_admitted(server, within=9)
+            assert code == "OK", f"still at capacity after {seconds:.1f} s"
+            code, details = await asyncio.wait_for(_outcome(first), 10)
+            assert code == "RESOURCE_EXHAUSTED"
+            assert "had not arrived" in details
+            assert not second.done()
+            assert server.core.pool.admitted == 1  # the second's, the newcomer's given back
+            second.cancel()
+            await _wait_admitted(server, 0)
+
+    asyncio.run(body())
+
+
+def test_eviction_passes_the_place_on_and_only_after_the_wait() -> None:
+    pool = InferencePool(1, 2, Metrics())
+    evicted: list[str] = []
+    one, two = pool.admit(), pool.admit()
+    one.awaiting(lambda: evicted.append("one"))
+    two.awaiting(lambda: evicted.append("two"))
+    with pytest.raises(ServingError):  # neither has waited EVICTABLE_AFTER yet
+        pool.admit()
+    admission.EVICTABLE_AFTER, saved = 0.0, admission.EVICTABLE_AFTER
+    try:
+        three = pool.admit()  # takes one's place
+        assert evicted == ["one"]
+        assert pool.admitted == 2
+        assert not one.arrived()
+        one.close()  # gives nothing back: the place is three's
+        assert pool.admitted == 2
+        assert two.arrived()  # its message came: no longer evictable
+        with pytest.raises(ServingError):
+            pool.admit()
+        two.close()
+        three.close()
+        assert pool.admitted == 0
+        four = pool.admit()
+        four.awaiting(lambda: evicted.append("four"))
+        four.close()  # ended while awaiting: forgotten, not evicted later
+        assert pool._awaiting == {}
+    finally:
+        admission.EVICTABLE_AFTER = saved
+        pool.shutdown()
 
 
 @run

@@ -28,10 +28,10 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.admission import EVICTED, Admission
 from tf_entrypoint.serving.core.deadlines import within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
-from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, invalid_argument
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 
@@ -203,10 +203,12 @@ class Calls:
         on the wire), so that grpc has not read the message when this runs (`handle` gets it
         and the admission place); a
         call refused here (RESOURCE_EXHAUSTED, or UNAVAILABLE while draining)
-        never has its message read.
+        never has its message read. The message is awaited within the call's
+        deadline, and a call still awaiting it may lose its place to a newcomer
+        when every place is taken (:meth:`_read`): a stream that sends nothing
+        holds no place that another call wants (docs/robustness.md).
         """
         started = time.perf_counter()
-        cutoff = self.state.cutoff
         try:
             if self.state.draining:
                 raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
@@ -215,36 +217,61 @@ class Calls:
             self.observe(method, code_name(err), started, None)
             await abort(context, code_name(err), err.message)
         try:
-            timeout = self.timeout(context)
-            try:
-                with cutoff.track():  # a message still arriving when the grace period ends
-                    request = await within(context.read(), timeout)
-            except TIMEOUT_ERRORS:
-                request = self._late_message(method, context, timeout)
-            except asyncio.CancelledError:
-                if not cutoff.fired:  # the client went away, or its deadline passed
-                    remaining = context.time_remaining()
-                    passed = remaining is not None and remaining < 0.01
-                    if passed:
-                        self.late.note(method, timeout, client=True)
-                    self.observe(method, "DEADLINE_EXCEEDED" if passed else "CANCELLED",
-                                 started, None)  # fmt: skip
-                    raise
-                cutoff.absorb()
-                request = ServingError(Code.UNAVAILABLE, cutoff.message)
-            except ERRORS as err:  # arrived after the cut-off
-                request = err
+            request = await self._read(method, context, admission, started)
             if request is aio.EOF:  # none sent, or none read: cancelled, or too large
                 # (then grpc has already answered RESOURCE_EXHAUSTED itself)
                 request = invalid_argument(f"{method}: no request message was received")
             elif isinstance(request, Undecodable):
                 request = invalid_argument(request.message)
             if isinstance(request, ERRORS):
+                if request.refusal is Refusal.AT_CAPACITY:
+                    self.metrics.rejected.inc()
                 self.observe(method, code_name(request), started, None)
                 await abort(context, code_name(request), request.message)
             return await handle(request, admission)
         finally:
             admission.close()
+
+    async def _read(
+        self, method: str, context: Context, admission: Admission, started: float
+    ) -> Any:
+        """The call's message, or the ServingError that ends the call instead: its
+        deadline passed first (DEADLINE_EXCEEDED), its place went to a newcomer while
+        it waited (RESOURCE_EXHAUSTED, see Admission.awaiting), the grace period
+        ended (UNAVAILABLE). Raises CancelledError when the client went away."""
+        cutoff = self.state.cutoff
+        timeout = self.timeout(context)
+        eviction = Eviction(admission)
+        try:
+            with cutoff.track():  # a message still arriving when the grace period ends
+                request = await within(context.read(), timeout)
+        except TIMEOUT_ERRORS:
+            eviction.reading = False
+            return self._late_message(method, context, timeout)
+        except asyncio.CancelledError:
+            eviction.reading = False
+            if eviction.fired:  # its place went to a newcomer (InferencePool.admit)
+                task = asyncio.current_task()
+                if task is not None and hasattr(task, "uncancel"):  # Python 3.11+
+                    task.uncancel()
+                return eviction.refusal()
+            if not cutoff.fired:  # the client went away, or its deadline passed
+                remaining = context.time_remaining()
+                passed = remaining is not None and remaining < 0.01
+                if passed:
+                    self.late.note(method, timeout, client=True)
+                code = "DEADLINE_EXCEEDED" if passed else "CANCELLED"
+                self.observe(method, code, started, None)
+                raise
+            cutoff.absorb()
+            return ServingError(Code.UNAVAILABLE, cutoff.message)
+        except ERRORS as err:  # arrived after the cut-off
+            eviction.reading = False
+            return err
+        eviction.reading = False
+        if not admission.arrived():  # it came as its place went to a newcomer
+            return eviction.refusal()
+        return request
 
     def _late_message(self, method: str, context: Context, timeout: float) -> ServingError:
         """The DEADLINE_EXCEEDED of a call whose message did not arrive within `timeout`."""
@@ -296,6 +323,38 @@ class Calls:
         self.metrics.observe_inference(model, seconds)
         if method in INFERENCE_METHODS:
             self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+
+
+class Eviction:
+    """What :meth:`Admission.awaiting` calls when a newcomer takes the place of a call
+    still awaiting its message: the call's read is cancelled on its own event loop
+    (from whichever thread admitted the newcomer), unless it has ended meanwhile."""
+
+    __slots__ = ("fired", "loop", "reading", "started", "task")
+
+    def __init__(self, admission: Admission) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.started = time.monotonic()
+        self.fired = False
+        self.reading = True
+        admission.awaiting(self)
+
+    def __call__(self) -> None:  # any thread
+        self.fired = True
+        self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:  # on the call's loop
+        if self.reading and self.task is not None:
+            self.task.cancel()
+
+    def refusal(self) -> ServingError:
+        return ServingError(
+            Code.RESOURCE_EXHAUSTED,
+            EVICTED.format(seconds=round(time.monotonic() - self.started, 1)),
+            refusal=Refusal.AT_CAPACITY,
+            retry_after=1,
+        )
 
 
 class LateMessages:
