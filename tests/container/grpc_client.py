@@ -71,6 +71,7 @@ import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -555,6 +556,99 @@ def op_raw(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return {"code": code, "message": message, "size": None if answer is None else len(answer)}
 
 
+def _until_admitted(attempt: Any, within: float) -> dict[str, Any]:
+    """`attempt()` -> (code, message), retried while the server is at capacity."""
+    started = time.monotonic()
+    code, message, tries = "RESOURCE_EXHAUSTED", "", 0
+    while time.monotonic() - started < within:
+        tries += 1
+        code, message = attempt()
+        if code != "RESOURCE_EXHAUSTED":
+            break
+        time.sleep(0.05)
+    return {"code": code, "message": message, "tries": tries,
+            "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
+
+
+def op_stall(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """op["streams"] Predict calls that open a stream and send no message (no client
+    deadline), once op["admitted"] hold their place: another client's Predict,
+    ModelInfer and REST predict, each retried while at capacity for op["within"]
+    seconds; then how the stalled calls ended (within op["wait"] seconds)."""
+    from tf_entrypoint.serving.codec import v2_proto  # noqa: PLC0415 - the image's own messages
+
+    never = threading.Event()
+
+    def nothing() -> Any:
+        never.wait()
+        yield predict_pb2.PredictRequest()  # never reached while the test runs
+
+    predict = stubs.channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    stalled = [predict.future(nothing()) for _ in range(op["streams"])]
+    deadline = time.monotonic() + 30
+    while in_flight() < op["admitted"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    admitted = in_flight()
+    other = Stubs(stubs.address)  # another client: its own channel
+
+    def grpc_predict() -> tuple[str, str]:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "plus"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto([1.0], tf.float32))
+        code, message, _ = call(other.predictions.Predict, request, 30)
+        return code, message
+
+    def model_infer() -> tuple[str, str]:
+        request = v2_proto.ModelInferRequest(model_name="plus")
+        request.inputs.add(name="x", datatype="FP32", shape=[1])
+        request.raw_input_contents.append(np.array([1.0], "<f4").tobytes())
+        method = other.channel.unary_unary(
+            f"/{v2_proto.SERVICE}/ModelInfer",
+            request_serializer=v2_proto.ModelInferRequest.SerializeToString,
+            response_deserializer=v2_proto.ModelInferResponse.FromString,
+        )
+        code, message, _ = call(method, request, 30)
+        return code, message
+
+    def rest_predict() -> tuple[str, str]:
+        body = json.dumps({"instances": [1.0]}).encode()
+        request = urllib.request.Request("http://127.0.0.1:8501/v1/models/plus:predict", body)
+        try:
+            with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - http, built here
+                return "OK", ""
+        except urllib.error.HTTPError as err:
+            code = "RESOURCE_EXHAUSTED" if err.code == 503 else f"HTTP {err.code}"
+            return code, err.read().decode(errors="replace")
+
+    others = {
+        name: _until_admitted(attempt, op["within"])
+        for name, attempt in (
+            ("Predict", grpc_predict),
+            ("ModelInfer", model_infer),
+            ("REST predict", rest_predict),
+        )
+    }
+    open_after_others = sum(not future.done() for future in stalled)
+    ended = time.monotonic() + op["wait"]
+    outcomes: list[list[str]] = []
+    for future in stalled:
+        try:
+            future.result(timeout=max(ended - time.monotonic(), 0.01))
+            outcomes.append(["OK", ""])
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            outcomes.append(["STILL OPEN", ""])
+        except grpc.RpcError as err:
+            outcomes.append([err.code().name, err.details() or ""])
+    never.set()
+    return {"code": "OK", "admitted": admitted, "others": others,
+            "open_after_others": open_after_others, "stalled": outcomes}  # fmt: skip
+
+
 #: The methods a `wire` op may call: full path, request and response classes.
 WIRE_METHODS: dict[str, tuple[str, Any, Any]] = {
     "Predict": ("/tensorflow.serving.PredictionService/Predict",
@@ -657,6 +751,7 @@ OPERATIONS = {
     "channel_idle": op_channel_idle,
     "profile": op_profile,
     "raw": op_raw,
+    "stall": op_stall,
 }
 
 
