@@ -878,7 +878,8 @@ def listening_ports(container: Container) -> set[int]:
     state 0A is LISTEN; the local address is HEX_IP:HEX_PORT)."""
     ran = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
     output = ran.output
-    assert ran.exit_code == 0 and isinstance(output, bytes), output
+    assert ran.exit_code == 0, output
+    assert isinstance(output, bytes)
     ports = set()
     for line in output.decode().splitlines():
         fields = line.split()
