@@ -14,6 +14,7 @@ is too large, DEADLINE_EXCEEDED past the client's deadline or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -342,7 +343,8 @@ class Eviction:
 
     def __call__(self) -> None:  # any thread
         self.fired = True
-        self.loop.call_soon_threadsafe(self._cancel)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the call is gone
+            self.loop.call_soon_threadsafe(self._cancel)
 
     def _cancel(self) -> None:  # on the call's loop
         if self.reading and self.task is not None:
