@@ -29,8 +29,10 @@ what the operation adds}. Operations ({"op": ...}):
   of context_bytes bytes (and y: [0.5]).
 - hold_then (model, x, ops): a Predict of x whose message is held back; once
   the server counts it in flight (REST's /metrics on 127.0.0.1:8501), `ops`
-  run; then the message is sent. The result: "admitted" (whether it was
-  counted within 30 s), "results" (of ops), "held" (the held call's result).
+  run (big ones made beforehand: the held call keeps its place against a
+  newcomer for a second); then the message is sent. The result: "admitted"
+  (whether it was counted within 30 s), "results" (of ops), "held" (the held
+  call's result).
 - predict_typed: predict with each input's values in its typed field
   (float_val...), as TF Serving's own tests write them, not tensor_content.
 - multi_inference_tasks: tasks [{model, version|label, signature, method}]
@@ -71,6 +73,7 @@ import json
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -322,11 +325,17 @@ def op_multi_inference(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return result(*call(stubs.predictions.MultiInference, request))
 
 
-def op_big(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    """A predict of op["floats"] zeros: to cross the message size limit."""
+def _big_request(op: dict[str, Any]) -> Any:
     request = predict_pb2.PredictRequest()
     spec(request, op)
     request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.zeros(op["floats"], dtype=np.float32)))
+    return request
+
+
+def op_big(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """A predict of op["floats"] zeros: to cross the message size limit (the request
+    made beforehand, when hold_then has put it in op["_request"])."""
+    request = op.get("_request") or _big_request(op)
     code, message, _ = call(stubs.predictions.Predict, request)
     return result(code, message, None)
 
@@ -407,6 +416,12 @@ def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     spec(request, op)
     request.inputs["x"].CopyFrom(tf.make_tensor_proto(op["x"], tf.float32))
     release = threading.Event()
+    # Big requests are made before the held call starts: the held call keeps its
+    # place against newcomers for a second only (core/admission.py's
+    # EVICTABLE_AFTER), and making 8 MB of TensorProto must not take that second.
+    for other in op["ops"]:
+        if other["op"] == "big":
+            other["_request"] = _big_request(other)
 
     def messages() -> Any:
         release.wait(120)
@@ -555,6 +570,99 @@ def op_raw(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return {"code": code, "message": message, "size": None if answer is None else len(answer)}
 
 
+def _until_admitted(attempt: Any, within: float) -> dict[str, Any]:
+    """`attempt()` -> (code, message), retried while the server is at capacity."""
+    started = time.monotonic()
+    code, message, tries = "RESOURCE_EXHAUSTED", "", 0
+    while time.monotonic() - started < within:
+        tries += 1
+        code, message = attempt()
+        if code != "RESOURCE_EXHAUSTED":
+            break
+        time.sleep(0.05)
+    return {"code": code, "message": message, "tries": tries,
+            "seconds": round(time.monotonic() - started, 2)}  # fmt: skip
+
+
+def op_stall(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """op["streams"] Predict calls that open a stream and send no message (no client
+    deadline), once op["admitted"] hold their place: another client's Predict,
+    ModelInfer and REST predict, each retried while at capacity for op["within"]
+    seconds; then how the stalled calls ended (within op["wait"] seconds)."""
+    from tf_entrypoint.serving.codec import v2_proto  # noqa: PLC0415 - the image's own messages
+
+    never = threading.Event()
+
+    def nothing() -> Any:
+        never.wait()
+        yield predict_pb2.PredictRequest()  # never reached while the test runs
+
+    predict = stubs.channel.stream_unary(
+        "/tensorflow.serving.PredictionService/Predict",
+        request_serializer=predict_pb2.PredictRequest.SerializeToString,
+        response_deserializer=predict_pb2.PredictResponse.FromString,
+    )
+    stalled = [predict.future(nothing()) for _ in range(op["streams"])]
+    deadline = time.monotonic() + 30
+    while in_flight() < op["admitted"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    admitted = in_flight()
+    other = Stubs(stubs.address)  # another client: its own channel
+
+    def grpc_predict() -> tuple[str, str]:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "plus"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto([1.0], tf.float32))
+        code, message, _ = call(other.predictions.Predict, request, 30)
+        return code, message
+
+    def model_infer() -> tuple[str, str]:
+        request = v2_proto.ModelInferRequest(model_name="plus")
+        request.inputs.add(name="x", datatype="FP32", shape=[1])
+        request.raw_input_contents.append(np.array([1.0], "<f4").tobytes())
+        method = other.channel.unary_unary(
+            f"/{v2_proto.SERVICE}/ModelInfer",
+            request_serializer=v2_proto.ModelInferRequest.SerializeToString,
+            response_deserializer=v2_proto.ModelInferResponse.FromString,
+        )
+        code, message, _ = call(method, request, 30)
+        return code, message
+
+    def rest_predict() -> tuple[str, str]:
+        body = json.dumps({"instances": [1.0]}).encode()
+        request = urllib.request.Request("http://127.0.0.1:8501/v1/models/plus:predict", body)
+        try:
+            with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - http, built here
+                return "OK", ""
+        except urllib.error.HTTPError as err:
+            code = "RESOURCE_EXHAUSTED" if err.code == 503 else f"HTTP {err.code}"
+            return code, err.read().decode(errors="replace")
+
+    others = {
+        name: _until_admitted(attempt, op["within"])
+        for name, attempt in (
+            ("Predict", grpc_predict),
+            ("ModelInfer", model_infer),
+            ("REST predict", rest_predict),
+        )
+    }
+    open_after_others = sum(not future.done() for future in stalled)
+    ended = time.monotonic() + op["wait"]
+    outcomes: list[list[str]] = []
+    for future in stalled:
+        try:
+            future.result(timeout=max(ended - time.monotonic(), 0.01))
+            outcomes.append(["OK", ""])
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            outcomes.append(["STILL OPEN", ""])
+        except grpc.RpcError as err:
+            outcomes.append([err.code().name, err.details() or ""])
+    never.set()
+    return {"code": "OK", "admitted": admitted, "others": others,
+            "open_after_others": open_after_others, "stalled": outcomes}  # fmt: skip
+
+
 #: The methods a `wire` op may call: full path, request and response classes.
 WIRE_METHODS: dict[str, tuple[str, Any, Any]] = {
     "Predict": ("/tensorflow.serving.PredictionService/Predict",
@@ -657,6 +765,7 @@ OPERATIONS = {
     "channel_idle": op_channel_idle,
     "profile": op_profile,
     "raw": op_raw,
+    "stall": op_stall,
 }
 
 

@@ -17,6 +17,7 @@ server's state (its metrics, its log) instead of sleeping.
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 import time
@@ -589,6 +590,47 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
     refused = next(r for r in rest if r["code"] == "RESOURCE_EXHAUSTED")
     assert refused["message"].startswith("Server is at capacity")
     assert deadline["code"] == "DEADLINE_EXCEEDED"
+
+
+def test_streams_that_send_no_message_lock_nobody_out(
+    containers: Containers, library: Path
+) -> None:
+    """64 Predict calls that open a stream and never send their message, twice --max-queue.
+
+    They used to hold every admission place until their client went away:
+    every other call, gRPC or REST, got RESOURCE_EXHAUSTED / 503. Now another
+    client's Predict, ModelInfer and REST predict get in (a call still awaiting
+    its message gives its place to a newcomer once it has waited a second),
+    and the stalled calls end at --request-timeout with DEADLINE_EXCEEDED,
+    counted. The 20 s timeout leaves 19 s between the second a newcomer waits
+    and the deadline: the others get in while the stalled calls are open, on
+    any CPU; the bounds (15 s to get in, 90 s for the rest) only say it happens.
+    """
+    with serving(
+        containers, library, "--model_config_file=/models/models.config",
+        "--max-queue", "32", "--request-timeout", "20",
+    ) as server:  # fmt: skip
+        (stall,) = server.grpc(
+            {"op": "stall", "streams": 64, "admitted": 32, "within": 15, "wait": 90}
+        )
+        timed_out = server.metric(
+            "serving_grpc_requests_total",
+            method="Predict", code="DEADLINE_EXCEEDED", model="", protocol="v1",
+        )  # fmt: skip
+        logs = server.logs()
+    assert stall["admitted"] == 32, stall["admitted"]
+    others = stall["others"]
+    assert {name: o["code"] for name, o in others.items()} == {
+        "Predict": "OK", "ModelInfer": "OK", "REST predict": "OK"
+    }, others  # fmt: skip
+    assert stall["open_after_others"] > 0  # they got in while stalled calls were still open
+    codes = collections.Counter(code for code, _ in stall["stalled"])
+    assert set(codes) == {"DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}, codes
+    late = [message for code, message in stall["stalled"] if code == "DEADLINE_EXCEEDED"]
+    assert all(m == "Request message not received within 20 s (--request-timeout)" for m in late)
+    assert timed_out == codes["DEADLINE_EXCEEDED"]
+    assert "did not arrive within --request-timeout" in logs
+    assert logs.count("did not arrive within") == 1  # the rest counted, not logged
 
 
 def test_health_follows_loading_and_sigterm_drains_calls_in_flight(

@@ -838,11 +838,13 @@ def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) 
     own profiler client (profiler_client.trace, which TensorBoard's profile plugin
     calls) against the gRPC port takes a 1 s trace while predicts run, and the
     server writes it under the logdir the client names (TF Serving's
-    ProfilerService does; the folder is at the same path in both containers).
+    ProfilerService does; the folder is at the same path in both containers). No TCP
+    port but gRPC's and REST's listens in the server, before or after.
 
     Last in this file: if the server refuses the profiler instead, with a clear
     message at start-up naming how to profile, this test becomes that refusal's.
     """
+    assert listening_ports(harness.container) == {8500, 8501}
     host = Path(next(host for host, bind in harness.shared.items() if bind["bind"] == "/profile"))
     logs = host / "logs"
     logs.mkdir(mode=0o777)  # as TF Serving's test makes it before tracing
@@ -863,4 +865,24 @@ def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) 
     assert any(planes.get("/host:CPU", 0) > 0 for planes in traces.values()), traces
     written = sorted(str(p.relative_to(logs)) for p in logs.glob("plugins/profile/*/*.xplane.pb"))
     assert written == sorted(traces)
-    assert "tensorflow.ProfilerService calls on the gRPC port go to" in harness.logs()
+    assert "tensorflow.ProfilerService calls on the gRPC port are captured in this process" in (
+        harness.logs()
+    )
+    # TensorFlow's profiler server, which listened on every interface on a port of its
+    # own, is never started: not at start-up (above), not by a profile.
+    assert listening_ports(harness.container) == {8500, 8501}
+
+
+def listening_ports(container: Container) -> set[int]:
+    """The TCP ports listening in the container's network namespace (/proc/net/tcp, tcp6:
+    state 0A is LISTEN; the local address is HEX_IP:HEX_PORT)."""
+    ran = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+    output = ran.output
+    assert ran.exit_code == 0, output
+    assert isinstance(output, bytes)
+    ports = set()
+    for line in output.decode().splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:
+            ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports

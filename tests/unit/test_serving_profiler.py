@@ -1,116 +1,208 @@
-"""tensorflow.ProfilerService on the gRPC port: forwarded as bytes, or refused clearly.
+"""tensorflow.ProfilerService on the gRPC port: answered in this process, or refused clearly.
 
-TensorFlow's profiler server is not in the host's venv; an upstream grpc
-server of the test's own stands in for it (the image's real one is
-tests/container/test_tfserving_flows.py's profiler test). `wrap` is what the
-gRPC servicer's shared path does with a ServingError: abort with its code.
+TensorFlow is not in the host's venv; a fake profiler stands for the
+backend's (the image's real one, with TensorFlow's own profiler client, is
+tests/container/test_tfserving_flows.py's profiler test, which also checks
+that no port but the gRPC and REST ports listens). `wrap` is what the gRPC
+servicer's shared path does with a ServingError: abort with its code.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 import pytest
 from grpc import aio
 
-from tf_entrypoint.serving.core.errors import ServingError
+from tf_entrypoint.serving.codec import profiler_proto as pb
+from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.grpc import profiler
 
 PROFILE = "/tensorflow.ProfilerService/Profile"
-#: An answer over grpc's default 4 MiB receive limit (Monitor's, in Upstream).
-LARGE = 5 * 1024 * 1024
+TERMINATE = "/tensorflow.ProfilerService/Terminate"
+XSPACE = b"\x0a\x02\x12\x00"  # stands for a serialized XSpace
 
 
-class Upstream(grpc.GenericRpcHandler):
-    """Profile answers the request's bytes reversed; Terminate fails as TensorFlow's would."""
+class FakeCapture:
+    def __init__(self, backend: FakeProfiler) -> None:
+        self.backend = backend
 
+    def stop(self) -> bytes:
+        self.backend.running = False
+        self.backend.stopped += 1
+        return XSPACE
+
+
+class FakeProfiler:
     def __init__(self) -> None:
-        self.seen: list[tuple[str, bytes, float | None]] = []
+        self.running = False
+        self.stopped = 0
+        self.started: list[tuple[dict[str, int], str]] = []
+        self.saved: list[tuple[str, str, str, bytes]] = []
 
-    def service(self, handler_call_details: Any) -> Any:
-        method = handler_call_details.method
+    def start(self, options: Mapping[str, int], scratch: str) -> FakeCapture:
+        if self.running:
+            raise ServingError(Code.ALREADY_EXISTS, "Another profile is being captured")
+        self.running = True
+        self.started.append((dict(options), scratch))
+        return FakeCapture(self)
 
-        async def answer(request: bytes, context: Any) -> bytes:
-            self.seen.append((method, request, context.time_remaining()))
-            if method.endswith("/Terminate"):
-                await context.abort(grpc.StatusCode.NOT_FOUND, "no session s1")
-            if method.endswith("/Monitor"):
-                return b"m" * LARGE
-            return request[::-1]
+    def save(self, root: str, run: str, host: str, xspace: bytes) -> str:
+        self.saved.append((root, run, host, xspace))
+        return f"{root}/{run}/{host}.xplane.pb"
 
-        return grpc.unary_unary_rpc_method_handler(answer)
+    def empty(self, xspace: bytes) -> bool:
+        return xspace != XSPACE
 
 
-async def wrap(method: str, forward: Callable[[], Awaitable[bytes]], context: Any) -> bytes:
+async def wrap(method: str, answer: Callable[[], Awaitable[bytes]], context: Any) -> bytes:
     try:
-        return await forward()
+        return await answer()
     except ServingError as err:
         await context.abort(grpc.StatusCode[err.code.name], f"{method}: {err.message}")
         raise
 
 
-async def call(
-    handler: profiler.ProfilerHandler, method: str, body: bytes, timeout: float = 10
-) -> tuple[str, Any]:
+async def _serve(handler: profiler.ProfilerHandler) -> tuple[aio.Server, aio.Channel]:
     server = aio.server()
     server.add_generic_rpc_handlers((handler,))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
+    return server, aio.insecure_channel(f"127.0.0.1:{port}")
+
+
+async def _call(channel: aio.Channel, method: str, body: bytes, timeout: float = 10) -> Any:
     try:
-        # A client that takes answers of any size, as TensorFlow's profiler client does.
-        unlimited = [("grpc.max_receive_message_length", -1)]
-        async with aio.insecure_channel(f"127.0.0.1:{port}", options=unlimited) as channel:
-            try:
-                multicallable: Any = channel.unary_unary(method)
-                answer = await multicallable(body, timeout=timeout)
-            except aio.AioRpcError as err:
-                return err.code().name, err.details()
-            return "OK", answer
+        multicallable: Any = channel.unary_unary(method)
+        return "OK", await multicallable(body, timeout=timeout)
+    except aio.AioRpcError as err:
+        return err.code().name, err.details()
+
+
+async def call(
+    handler: profiler.ProfilerHandler, method: str, body: bytes, timeout: float = 10
+) -> tuple[str, Any]:
+    server, channel = await _serve(handler)
+    try:
+        result: tuple[str, Any] = await _call(channel, method, body, timeout)
+        return result
     finally:
-        await handler.close()
+        await channel.close()
         await server.stop(None)
 
 
-def run_with_upstream(method: str, body: bytes) -> tuple[tuple[str, Any], Upstream]:
-    async def go() -> tuple[str, Any]:
-        upstream_server = aio.server()
-        upstream_server.add_generic_rpc_handlers((upstream,))
-        port = upstream_server.add_insecure_port("127.0.0.1:0")
-        await upstream_server.start()
-        try:
-            handler = profiler.ProfilerHandler(f"127.0.0.1:{port}", "", wrap, off=False)
-            return await call(handler, method, body)
-        finally:
-            await upstream_server.stop(None)
-
-    upstream = Upstream()
-    return asyncio.run(go()), upstream
+def _request(**fields: Any) -> bytes:
+    request = pb.ProfileRequest(
+        repository_root="/logs/plugins/profile", session_id="2026_11_28", host_name="server"
+    )
+    request.opts.host_tracer_level = 2
+    request.opts.device_tracer_level = 1
+    request.opts.duration_ms = 50
+    for name, value in fields.items():
+        setattr(request, name, value)
+    return bytes(request.SerializeToString())
 
 
-def test_calls_reach_tensorflows_profiler_as_bytes_with_their_deadline() -> None:
-    body = bytes(range(256)) * 3  # not a valid message: bytes are never parsed
-    (code, answer), upstream = run_with_upstream(PROFILE, body)
-    assert (code, answer) == ("OK", body[::-1])
-    ((method, seen, remaining),) = upstream.seen
-    assert (method, seen) == (PROFILE, body)
-    assert remaining is not None
-    assert 0 < remaining <= 10
-
-
-def test_an_answer_over_grpcs_default_limit_comes_back_whole() -> None:
-    """TensorFlow's profiler clients take answers of any size (a ProfileResponse can
-    carry the trace); the forwarding channel must not cut them at grpc's 4 MiB."""
-    (code, answer), _ = run_with_upstream("/tensorflow.ProfilerService/Monitor", b"")
+def test_profile_records_for_the_duration_and_writes_where_the_client_says() -> None:
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    code, answer = asyncio.run(call(handler, PROFILE, _request()))
     assert code == "OK", answer
-    assert answer == b"m" * LARGE
+    assert not pb.ProfileResponse.FromString(answer).empty_trace
+    options = {"host_tracer_level": 2, "device_tracer_level": 1, "python_tracer_level": 0}
+    assert backend.started == [(options, "/logs/plugins/profile/2026_11_28")]
+    assert backend.saved == [("/logs/plugins/profile", "2026_11_28", "server", XSPACE)]
+    assert not backend.running
 
 
-def test_its_errors_come_back_with_their_code() -> None:
-    (code, details), _ = run_with_upstream("/tensorflow.ProfilerService/Terminate", b"")
-    assert (code, details) == ("NOT_FOUND", "Terminate: no session s1")
+def test_emit_xspace_returns_the_trace_instead() -> None:
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    body = _request(emit_xspace=True, repository_root="")
+    code, answer = asyncio.run(call(handler, PROFILE, body))
+    assert code == "OK", answer
+    assert pb.ProfileResponse.FromString(answer).xspace == XSPACE
+    assert backend.saved == []
+    assert backend.started[0][1] == ""  # a temporary scratch folder
+
+
+def test_terminate_ends_a_long_profile_early_and_a_second_one_waits_its_turn() -> None:
+    """A 60 s profile, ended by a Terminate naming its session: it answers at once
+    (the bound, 30 s, only says it did not wait the minute); a profile asked
+    while it runs is ALREADY_EXISTS (TensorFlow allows one session at a time)."""
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    long_one = pb.ProfileRequest.FromString(_request())
+    long_one.opts.duration_ms = 60_000
+
+    async def go() -> tuple[Any, Any, Any, float]:
+        server, channel = await _serve(handler)
+        try:
+            started = time.monotonic()
+            profile = asyncio.ensure_future(
+                _call(channel, PROFILE, long_one.SerializeToString(), timeout=60)
+            )
+            while not backend.running:
+                await asyncio.sleep(0.01)
+            second = await _call(channel, PROFILE, _request())
+            stop = pb.TerminateRequest(session_id="2026_11_28").SerializeToString()
+            terminated = await _call(channel, TERMINATE, stop)
+            return await profile, second, terminated, time.monotonic() - started
+        finally:
+            await channel.close()
+            await server.stop(None)
+
+    (code, _), second, terminated, seconds = asyncio.run(go())
+    assert code == "OK"
+    assert second[0] == "ALREADY_EXISTS"
+    assert terminated[0] == "OK"
+    assert seconds < 30
+    assert len(backend.saved) == 1
+
+
+def test_a_client_that_goes_away_ends_its_capture() -> None:
+    """Its deadline passes mid-profile: the capture is stopped, so the next can start."""
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    long_one = pb.ProfileRequest.FromString(_request())
+    long_one.opts.duration_ms = 60_000
+
+    async def go() -> tuple[Any, Any]:
+        server, channel = await _serve(handler)
+        try:
+            first = await _call(channel, PROFILE, long_one.SerializeToString(), timeout=0.3)
+            deadline = time.monotonic() + 10
+            while backend.running and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return first, await _call(channel, PROFILE, _request())
+        finally:
+            await channel.close()
+            await server.stop(None)
+
+    first, second = asyncio.run(go())
+    assert first[0] == "DEADLINE_EXCEEDED"
+    assert second[0] == "OK"
+    assert backend.stopped == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "code", "words"),
+    [
+        (PROFILE, b"\xff\xff", "INVALID_ARGUMENT", "tensorflow.ProfileRequest"),
+        (PROFILE, _request(repository_root=""), "INVALID_ARGUMENT", "repository_root"),
+        ("/tensorflow.ProfilerService/Monitor", b"", "UNIMPLEMENTED", "Monitor"),
+        ("/tensorflow.ProfilerService/GetSnapshot", b"", "UNIMPLEMENTED", "GetSnapshot"),
+    ],
+)
+def test_what_it_does_not_do_is_said(method: str, body: bytes, code: str, words: str) -> None:
+    handler = profiler.ProfilerHandler(FakeProfiler(), "", wrap, off=False)
+    found, details = asyncio.run(call(handler, method, body))
+    assert found == code
+    assert words in details
 
 
 def test_off_is_said_not_method_not_found() -> None:
@@ -121,8 +213,8 @@ def test_off_is_said_not_method_not_found() -> None:
     assert "--enable_profiler=false" in details
 
 
-def test_a_profiler_that_failed_to_start_is_unavailable_with_the_reason() -> None:
-    why = "the profiler service could not start: no answer"
+def test_a_backend_without_a_profiler_is_unavailable_with_the_reason() -> None:
+    why = "this server's backend has no profiler"
     handler = profiler.ProfilerHandler(None, why, wrap, off=False)
     assert asyncio.run(call(handler, PROFILE, b"")) == ("UNAVAILABLE", f"Profile: {why}")
 

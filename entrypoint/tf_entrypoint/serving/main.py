@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -55,7 +55,7 @@ from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_cache import ModelCache
 from tf_entrypoint.serving.core.model_specs import describe_policy
 from tf_entrypoint.serving.core.object_store import ObjectStores
-from tf_entrypoint.serving.core.servable import Loader, Servable
+from tf_entrypoint.serving.core.servable import Capture, Loader, Profiler, Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -124,11 +124,28 @@ def runs_inline(config: ServeConfig) -> bool:
     return config.workers == 1 and config.batching is None
 
 
-def tensorflow_profiler_server(port: int) -> None:
-    """TensorFlow's profiler server on `port` (model/profiler.py), for gRPC's ProfilerService."""
-    from tf_entrypoint.serving.model import profiler  # noqa: PLC0415 - TensorFlow only when serving
+class TensorFlowProfiler:
+    """TensorFlow's profiler in this process (model/profiler.py), for gRPC's ProfilerService;
+    the backend's package (and TensorFlow) is imported when a profile is first asked for."""
 
-    profiler.start_profiler_server(port)
+    def __init__(self) -> None:
+        self._inner: Profiler | None = None
+
+    def _profiler(self) -> Profiler:
+        if self._inner is None:
+            from tf_entrypoint.serving.model import profiler  # noqa: PLC0415 - on demand
+
+            self._inner = profiler.TensorFlowProfiler()
+        return self._inner
+
+    def start(self, options: Mapping[str, int], scratch: str) -> Capture:
+        return self._profiler().start(options, scratch)
+
+    def save(self, root: str, run: str, host: str, xspace: bytes) -> str:
+        return self._profiler().save(root, run, host, xspace)
+
+    def empty(self, xspace: bytes) -> bool:
+        return self._profiler().empty(xspace)
 
 
 def tensorflow_loader(config: ServeConfig, metrics: Metrics) -> Loader:
@@ -208,7 +225,7 @@ def build_core(
         manage_models=manage_models,
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
-        profiler_server=tensorflow_profiler_server,
+        profiler=TensorFlowProfiler() if config.enable_profiler else None,
         batching=config.batching is not None,
     )
 

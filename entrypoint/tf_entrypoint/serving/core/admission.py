@@ -30,16 +30,51 @@ class Admission:
 
     def release(self) -> None:
         """Give the place back (the first call does; later ones do nothing)."""
-        with self._pool._lock:
+        pool = self._pool
+        with pool._lock:
             held, self._held = self._held, False
+            if pool._awaiting:
+                pool._awaiting.pop(self, None)
         if held:
-            self._pool._release(None)
+            pool._release(None)
+
+    def awaiting(self, evict: Callable[[], None]) -> None:
+        """Its request's input (a gRPC message) is awaited: until :meth:`arrived`, once
+        it has waited EVICTABLE_AFTER seconds, :meth:`InferencePool.admit` may give this
+        place to a newcomer when every place is taken, calling `evict()` (from
+        the newcomer's thread) so that the request ends, refused as at capacity.
+
+        So a client that opens calls and sends nothing holds places only while
+        nobody else wants them (docs/robustness.md, "Deadlines and shutdown").
+        """
+        pool = self._pool
+        with pool._lock:
+            if self._held:
+                pool._awaiting[self] = (time.monotonic(), evict)
+
+    def arrived(self) -> bool:
+        """The input has come: the place can no longer be taken. False when it already
+        was (the request must then not run: it answers at capacity)."""
+        with self._pool._lock:
+            self._pool._awaiting.pop(self, None)
+            return self._held
 
     def close(self) -> None:
         """Give the place back unless InferencePool.run took it over."""
         if not self.handed:
             self.release()
 
+
+#: Seconds an admitted request may await its input (a gRPC message) before a
+#: newcomer may take its place when the server is full (Admission.awaiting): a
+#: message on its way has this long before it competes; a stream that sends
+#: nothing never holds a place that another request wants for longer.
+EVICTABLE_AFTER = 1.0
+#: The refusal of a request whose place went to a newcomer.
+EVICTED = (
+    "Server is at capacity and the request message had not arrived {seconds:g} s after "
+    "the call began: its admission place went to another request; retry later"
+)
 
 #: A call runs inline on its transport's event loop when the calls of its
 #: model take less than this (see InferencePool).
@@ -101,14 +136,28 @@ class InferencePool:
         #: Model -> seconds its calls take, as _learn keeps them (inline only).
         self._seconds: dict[str, float] = {}
         self._closed = False
+        #: Admissions awaiting their input, the oldest first: (since, evict).
+        self._awaiting: dict[Admission, tuple[float, Callable[[], None]]] = {}
 
     def admit(self) -> Admission:
         """A place among the `max_queue` admitted, or RESOURCE_EXHAUSTED (refused AT_CAPACITY)."""
+        evict = None
         with self._lock:
             full = self.admitted >= self.max_queue
             if not full:
                 self.admitted += 1
+            elif self._awaiting:  # the place of the one that has awaited its input longest
+                oldest, (since, evict) = next(iter(self._awaiting.items()))
+                if time.monotonic() - since >= EVICTABLE_AFTER:
+                    del self._awaiting[oldest]
+                    oldest._held = False  # passed on: its release gives nothing back
+                    full = False
+                else:
+                    evict = None
             in_progress = self.admitted
+        if evict is not None:
+            evict()
+            return Admission(self)
         if full:
             self.metrics.rejected.inc()
             raise ServingError(

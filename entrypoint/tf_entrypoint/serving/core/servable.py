@@ -106,3 +106,33 @@ class Servable(Protocol):
 
 #: Loads one version directory (and warms it up).
 Loader = Callable[[Path, int], Servable]
+
+
+class Capture(Protocol):
+    """One profiling session of the backend, started by :meth:`Profiler.start`."""
+
+    def stop(self) -> bytes:
+        """End it; what it recorded, a serialized `tensorflow.profiler.XSpace`."""
+        ...
+
+
+class Profiler(Protocol):
+    """The backend's profiler, in this process (TF Serving's ProfilerService: grpc/profiler.py).
+
+    Its methods block (TensorFlow's calls, files): the transport calls them on a thread.
+    """
+
+    def start(self, options: Mapping[str, int], scratch: str) -> Capture:
+        """Start recording with TensorFlow's ProfileOptions `options` (tracer levels);
+        ServingError ALREADY_EXISTS while another capture runs. `scratch`: a folder
+        the capture may write under and removes ("": a temporary one)."""
+        ...
+
+    def save(self, root: str, run: str, host: str, xspace: bytes) -> str:
+        """Write `xspace` as TensorFlow's profiler service does (ROOT/RUN/HOST.xplane.pb,
+        any file system TensorFlow writes to); its path."""
+        ...
+
+    def empty(self, xspace: bytes) -> bool:
+        """Whether `xspace` recorded no event (the response's `empty_trace`)."""
+        ...

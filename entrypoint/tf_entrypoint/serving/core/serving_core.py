@@ -18,6 +18,7 @@ from tf_entrypoint.serving.core.drain import CutOff
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.servable import Profiler
 
 #: The manager thread's loop: runs until `stop` is set, calls `on_fatal` when
 #: the server cannot go on (no model, a load failed at start).
@@ -37,7 +38,7 @@ class ServingCore:
         manage_models: ManageModels,
         on_fatal: Callable[[str], None] = lambda message: None,
         cutoff: CutOff | None = None,
-        profiler_server: Callable[[int], None] | None = None,
+        profiler: Profiler | None = None,
         batching: bool = False,
     ) -> None:
         self.manager = manager
@@ -49,9 +50,9 @@ class ServingCore:
         self.on_fatal = on_fatal
         #: The end of the grace period: requests still handled then are answered 503.
         self.cutoff = cutoff if cutoff is not None else CutOff()
-        #: Starts the backend's profiler server on a port (TF Serving's ProfilerService,
-        #: forwarded by gRPC); None: the backend has none.
-        self.profiler_server = profiler_server
+        #: The backend's profiler, in this process (TF Serving's ProfilerService, answered
+        #: by gRPC); None: the backend has none.
+        self.profiler = profiler
         #: Server-side batching is on (--enable_batching): a predict is queued for its
         #: batch from the transport's event loop (Servable.start), not from a thread.
         self.batching = batching

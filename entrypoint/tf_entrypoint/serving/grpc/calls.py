@@ -14,6 +14,7 @@ is too large, DEADLINE_EXCEEDED past the client's deadline or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -28,9 +29,12 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.admission import EVICTED, Admission
+from tf_entrypoint.serving.core.deadlines import within
+from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import (
     Code,
+    Refusal,
     ServingError,
     invalid_argument,
     log_server_fault,
@@ -147,6 +151,8 @@ class Calls:
         self.config = config
         self.manager = state.manager
         self.metrics = state.metrics
+        #: Calls whose message did not arrive in time: logged, a line at most every minute.
+        self.late = LateMessages()
 
     def timeout(self, context: Context) -> float:
         """Seconds the request may wait and run: --request-timeout or the deadline."""
@@ -205,10 +211,12 @@ class Calls:
         on the wire), so that grpc has not read the message when this runs (`handle` gets it
         and the admission place); a
         call refused here (RESOURCE_EXHAUSTED, or UNAVAILABLE while draining)
-        never has its message read.
+        never has its message read. The message is awaited within the call's
+        deadline, and a call still awaiting it may lose its place to a newcomer
+        when every place is taken (:meth:`_read`): a stream that sends nothing
+        holds no place that another call wants (docs/robustness.md).
         """
         started = time.perf_counter()
-        cutoff = self.state.cutoff
         try:
             if self.state.draining:
                 raise ServingError(Code.UNAVAILABLE, "Server is shutting down")
@@ -217,27 +225,72 @@ class Calls:
             self.observe(method, code_name(err), started, None)
             await abort(context, code_name(err), err.message)
         try:
-            try:
-                with cutoff.track():  # a message still arriving when the grace period ends
-                    request = await context.read()
-            except asyncio.CancelledError:
-                if not cutoff.fired:  # the client went away
-                    raise
-                cutoff.absorb()
-                request = ServingError(Code.UNAVAILABLE, cutoff.message)
-            except ERRORS as err:  # arrived after the cut-off
-                request = err
+            request = await self._read(method, context, admission, started)
             if request is aio.EOF:  # none sent, or none read: cancelled, or too large
                 # (then grpc has already answered RESOURCE_EXHAUSTED itself)
                 request = invalid_argument(f"{method}: no request message was received")
             elif isinstance(request, Undecodable):
                 request = invalid_argument(request.message)
             if isinstance(request, ERRORS):
+                if request.refusal is Refusal.AT_CAPACITY:
+                    self.metrics.rejected.inc()
                 self.observe(method, code_name(request), started, None)
                 await abort(context, code_name(request), request.message)
             return await handle(request, admission)
         finally:
             admission.close()
+
+    async def _read(
+        self, method: str, context: Context, admission: Admission, started: float
+    ) -> Any:
+        """The call's message, or the ServingError that ends the call instead: its
+        deadline passed first (DEADLINE_EXCEEDED), its place went to a newcomer while
+        it waited (RESOURCE_EXHAUSTED, see Admission.awaiting), the grace period
+        ended (UNAVAILABLE). Raises CancelledError when the client went away."""
+        cutoff = self.state.cutoff
+        timeout = self.timeout(context)
+        eviction = Eviction(admission)
+        try:
+            with cutoff.track():  # a message still arriving when the grace period ends
+                request = await within(context.read(), timeout)
+        except TIMEOUT_ERRORS:
+            eviction.reading = False
+            return self._late_message(method, context, timeout)
+        except asyncio.CancelledError:
+            eviction.reading = False
+            if eviction.fired:  # its place went to a newcomer (InferencePool.admit)
+                task = asyncio.current_task()
+                if task is not None and hasattr(task, "uncancel"):  # Python 3.11+
+                    task.uncancel()
+                return eviction.refusal()
+            if not cutoff.fired:  # the client went away, or its deadline passed
+                remaining = context.time_remaining()
+                passed = remaining is not None and remaining < 0.01
+                if passed:
+                    self.late.note(method, timeout, client=True)
+                code = "DEADLINE_EXCEEDED" if passed else "CANCELLED"
+                self.observe(method, code, started, None)
+                raise
+            cutoff.absorb()
+            return ServingError(Code.UNAVAILABLE, cutoff.message)
+        except ERRORS as err:  # arrived after the cut-off
+            eviction.reading = False
+            return err
+        eviction.reading = False
+        if not admission.arrived():  # it came as its place went to a newcomer
+            return eviction.refusal()
+        return request
+
+    def _late_message(self, method: str, context: Context, timeout: float) -> ServingError:
+        """The DEADLINE_EXCEEDED of a call whose message did not arrive within `timeout`."""
+        client = timeout < (self.config.request_timeout or float("inf"))
+        self.late.note(method, timeout, client=client)
+        if client:  # the client's own deadline: the words its other calls get
+            return ServingError(Code.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return ServingError(
+            Code.DEADLINE_EXCEEDED,
+            f"Request message not received within {timeout:g} s (--request-timeout)",
+        )
 
     async def infer(
         self,
@@ -278,6 +331,72 @@ class Calls:
         self.metrics.observe_inference(model, seconds)
         if method in INFERENCE_METHODS:
             self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+
+
+class Eviction:
+    """What :meth:`Admission.awaiting` calls when a newcomer takes the place of a call
+    still awaiting its message: the call's read is cancelled on its own event loop
+    (from whichever thread admitted the newcomer), unless it has ended meanwhile."""
+
+    __slots__ = ("fired", "loop", "reading", "started", "task")
+
+    def __init__(self, admission: Admission) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.started = time.monotonic()
+        self.fired = False
+        self.reading = True
+        admission.awaiting(self)
+
+    def __call__(self) -> None:  # any thread
+        self.fired = True
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the call is gone
+            self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:  # on the call's loop
+        if self.reading and self.task is not None:
+            self.task.cancel()
+
+    def refusal(self) -> ServingError:
+        return ServingError(
+            Code.RESOURCE_EXHAUSTED,
+            EVICTED.format(seconds=round(time.monotonic() - self.started, 1)),
+            refusal=Refusal.AT_CAPACITY,
+            retry_after=1,
+        )
+
+
+class LateMessages:
+    """The log of calls whose request message did not arrive before their deadline.
+
+    One line for the first, then at most one line every LOG_EVERY seconds
+    counting those since: a client holding thousands of stalled streams must
+    not flood the log (the metrics count each call, code DEADLINE_EXCEEDED).
+    """
+
+    LOG_EVERY = 60.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: float | None = None
+        self._unlogged = 0
+
+    def note(self, method: str, timeout: float, *, client: bool) -> None:
+        self._unlogged += 1
+        now = self._clock()
+        if self._last is not None and now - self._last < self.LOG_EVERY:
+            return
+        count, self._unlogged, self._last = self._unlogged, 0, now
+        within_what = "the client's deadline" if client else "--request-timeout"
+        log.warning(
+            "gRPC %s: %d call(s) ended DEADLINE_EXCEEDED because the request message did "
+            "not arrive within %s (%g s), their admission places given back%s",
+            method,
+            count,
+            within_what,
+            timeout,
+            f" (lines at most every {self.LOG_EVERY:g} s)" if count > 1 else "",
+        )
 
 
 class Undecodable:

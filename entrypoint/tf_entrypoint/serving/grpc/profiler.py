@@ -6,13 +6,16 @@ TF Serving registers TensorFlow's ProfilerService on its gRPC port unless
 server profiles itself for the duration asked and writes the trace under the
 client's LOGDIR, a path on the server's file system.
 
-Here TensorFlow's own profiler server (`tf.profiler.experimental.server.start`)
-runs in this process on a free port, and every call to a
-`tensorflow.ProfilerService` method on the gRPC port is forwarded to it as
-bytes, so Profile, Terminate and Monitor behave as TensorFlow implements them
-(the same C++ service TF Serving registers). TensorFlow's server takes no
-address: it listens on every interface of the container, on a port chosen at
-start (logged). It offers nothing the gRPC port does not already offer.
+This server answers the service itself, as TensorFlow's implementation does
+(tsl's profiler_service_impl.cc): Profile records with the backend's profiler
+in this process (core/servable.Profiler; TensorFlow's ProfilerSession,
+model/profiler.py) for the duration asked, or until a Terminate names its
+session, then writes the XSpace to REPOSITORY_ROOT/SESSION_ID/HOST.xplane.pb
+(or returns it, with `emit_xspace`) and says whether it is empty. No second
+port is opened: TensorFlow's own profiler server would listen on every
+interface, on a port of its own (docs/robustness.md). Monitor and the
+continuous-profiling methods answer UNIMPLEMENTED, as TensorFlow's service
+does for Monitor.
 
 With --enable_profiler=false the methods answer UNIMPLEMENTED saying so,
 never grpc's bare "Method not found".
@@ -20,80 +23,64 @@ never grpc's bare "Method not found".
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from grpc import aio
+from google.protobuf.message import DecodeError
 
-from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.codec import profiler_proto as pb
+from tf_entrypoint.serving.core.deadlines import within
+from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
+from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
+from tf_entrypoint.serving.core.servable import Capture, Profiler
 
 log = logging.getLogger("tf_entrypoint.serving")
 
-SERVICE = "tensorflow.ProfilerService"
+SERVICE = pb.SERVICE
 PREFIX = f"/{SERVICE}/"
 #: Its methods (tsl/profiler/protobuf/profiler_service.proto), the `method` label of
 #: the gRPC metrics; any other name under the service is counted as "ProfilerService".
 METHODS = ("Profile", "Terminate", "Monitor")
-#: Seconds TensorFlow's profiler server gets to answer once started.
-READY_TIMEOUT = 10.0
+#: The ProfileOptions fields a capture takes (TensorFlow's ProfilerSession reads these).
+OPTIONS = ("host_tracer_level", "device_tracer_level", "python_tracer_level")
 OFF = (
     "the profiler service is off (--enable_profiler=false): start the server without "
     "--enable_profiler=false to capture a profile over the gRPC port"
 )
 
-
-def free_port() -> int:
-    """A TCP port free on every interface now (TensorFlow's server binds [::]:PORT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("0.0.0.0", 0))  # noqa: S104 - where TensorFlow's server will listen
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def start_tensorflow_profiler(start: Callable[[int], None], port: int | None = None) -> str:
-    """Start the backend's profiler server (`start`, model/profiler.py) on a free port;
-    its loopback address.
-
-    Raises RuntimeError when it does not answer within READY_TIMEOUT seconds.
-    """
-    port = port or free_port()
-    start(port)
-    address = f"127.0.0.1:{port}"
-    channel = grpc.insecure_channel(address)
-    try:
-        grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT)
-    except grpc.FutureTimeoutError:
-        raise RuntimeError(
-            f"TensorFlow's profiler server did not answer on {address} within {READY_TIMEOUT:g} s"
-        ) from None
-    finally:
-        channel.close()
-    return address
-
-
-#: Runs one call: (method, its bound handler) -> answer; the gRPC servicer's
-#: shared path (drain, cut-off, metrics) wraps `forward` with it.
+#: Runs one call: (method, its bound handler, context) -> answer; the gRPC servicer's
+#: shared path (drain, cut-off, metrics) wraps each method with it.
 Wrap = Callable[[str, Callable[[], Awaitable[bytes]], Any], Awaitable[bytes]]
 
 
-class ProfilerHandler(grpc.GenericRpcHandler):
-    """Every tensorflow.ProfilerService method, forwarded to `upstream` as bytes.
+def _parse(message_class: Any, body: bytes) -> Any:
+    try:
+        return message_class.FromString(body)
+    except DecodeError:
+        raise invalid_argument(
+            f"Failed to parse the request message as {message_class.DESCRIPTOR.full_name}"
+        ) from None
 
-    `upstream`: TensorFlow's profiler server's address; None answers each call
-    UNIMPLEMENTED (`why`: --enable_profiler=false) or UNAVAILABLE (`why`: it
-    failed to start). `wrap` runs each call the way the other gRPC methods run
-    (refused while draining, cut off at the end of the grace period, counted).
+
+class ProfilerHandler(grpc.GenericRpcHandler):
+    """Every tensorflow.ProfilerService method, answered here (see the module).
+
+    `backend`: the profiler; None answers each call UNIMPLEMENTED (`why`:
+    --enable_profiler=false, `off`) or UNAVAILABLE (`why`: the backend has
+    none). `wrap` runs each call the way the other gRPC methods run (refused
+    while draining, cut off at the end of the grace period, counted).
     """
 
-    def __init__(self, upstream: str | None, why: str, wrap: Wrap, *, off: bool) -> None:
-        self.upstream = upstream
+    def __init__(self, backend: Profiler | None, why: str, wrap: Wrap, *, off: bool) -> None:
+        self.backend = backend
         self.why = why
         self.off = off
         self._wrap = wrap
-        self._channel: aio.Channel | None = None
+        #: Session id -> what a Terminate naming it sets (Profile calls under way).
+        self._stops: dict[str, asyncio.Event] = {}
 
     def service(self, handler_call_details: Any) -> Any:
         method: str = handler_call_details.method
@@ -103,30 +90,63 @@ class ProfilerHandler(grpc.GenericRpcHandler):
         label = name if name in METHODS else "ProfilerService"
 
         async def handle(request: bytes, context: Any) -> bytes:
-            return await self._wrap(label, lambda: self._forward(method, request, context), context)
+            return await self._wrap(label, lambda: self._answer(name, request), context)
 
-        # No (de)serializers: the bytes pass through unread.
+        # No (de)serializers: the bytes are parsed in _answer, a bad message named there.
         return grpc.unary_unary_rpc_method_handler(handle)
 
-    async def _forward(self, method: str, request: bytes, context: Any) -> bytes:
-        if self.upstream is None:
+    async def _answer(self, name: str, body: bytes) -> bytes:
+        backend = self.backend
+        if backend is None:
             if self.off:
                 raise ServingError(Code.UNIMPLEMENTED, self.why)
             raise ServingError(Code.UNAVAILABLE, self.why)
-        if self._channel is None:  # made on the gRPC server's event loop
-            # Answers of any size, as TensorFlow's own profiler clients take them (a
-            # ProfileResponse can carry the trace): grpc's default would cut at 4 MiB.
-            self._channel = aio.insecure_channel(
-                self.upstream, options=[("grpc.max_receive_message_length", -1)]
-            )
-        call: Any = self._channel.unary_unary(method)
-        try:
-            answer: bytes = await call(request, timeout=context.time_remaining())
-        except aio.AioRpcError as err:
-            code = err.code()
-            raise ServingError(Code[code.name], err.details() or code.name) from None
-        return answer
+        if name == "Profile":
+            return await self._profile(backend, _parse(pb.ProfileRequest, body))
+        if name == "Terminate":
+            request = _parse(pb.TerminateRequest, body)
+            stop = self._stops.get(request.session_id)
+            if stop is not None:
+                stop.set()
+            return bytes(pb.TerminateResponse().SerializeToString())
+        raise ServingError(
+            Code.UNIMPLEMENTED,
+            f"{SERVICE}/{name} is not implemented (this server's profiler service answers "
+            "Profile and Terminate, as TensorFlow's profiler server does)",
+        )
 
-    async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+    async def _profile(self, backend: Profiler, request: Any) -> bytes:
+        """Record for the duration asked (or until Terminate), then write or return it."""
+        root, run = request.repository_root, request.session_id
+        if not request.emit_xspace and not (root and run):
+            raise invalid_argument(
+                "ProfileRequest names no repository_root and session_id to write the trace "
+                "under, and does not ask for emit_xspace"
+            )
+        options = {name: getattr(request.opts, name) for name in OPTIONS}
+        seconds = (request.opts.duration_ms or request.duration_ms) / 1000
+        host = request.opts.override_hostname or request.host_name or "localhost"
+        scratch = "" if request.emit_xspace else f"{root.rstrip('/')}/{run}"
+        loop = asyncio.get_running_loop()
+        capture: Capture = await loop.run_in_executor(None, backend.start, options, scratch)
+        stop = self._stops[run] = asyncio.Event()
+        try:
+            if seconds > 0:
+                await within(stop.wait(), seconds)
+        except TIMEOUT_ERRORS:
+            pass  # the duration asked
+        except BaseException:  # cancelled (the client went away, the cut-off): end it
+            loop.run_in_executor(None, capture.stop)
+            raise
+        finally:
+            if self._stops.get(run) is stop:
+                del self._stops[run]
+        xspace: bytes = await loop.run_in_executor(None, capture.stop)
+        empty: bool = await loop.run_in_executor(None, backend.empty, xspace)
+        response = pb.ProfileResponse(empty_trace=empty)
+        if request.emit_xspace:
+            response.xspace = xspace
+        else:
+            path = await loop.run_in_executor(None, backend.save, root, run, host, xspace)
+            log.info("profiler: a %g s trace written to %s", seconds, path)
+        return bytes(response.SerializeToString())

@@ -4,8 +4,8 @@ It runs next to REST's and shares with it, through the serving core,
 everything that matters: the models, the inference workers and their
 admission limit, the request timeout, the message size limit and the drain
 on SIGTERM. TensorFlow's profiler service (`tensorflow.ProfilerService`) is
-forwarded to TensorFlow's own profiler server in this process (profiler.py),
-unless --enable_profiler=false.
+answered here, recording with TensorFlow's profiler in this process
+(profiler.py), unless --enable_profiler=false.
 """
 
 from __future__ import annotations
@@ -179,7 +179,6 @@ class GrpcServer:
         # UNAVAILABLE by the server's cut-off (drain.CutOff), before grpc
         # would cancel them (CANCELLED) at the end of this longer wait.
         await server.stop(config.grace_period + EXIT_MARGIN + 1)
-        await profiling.close()
 
     def _credentials(self) -> grpc.ServerCredentials | None:
         """TLS from --ssl_config_file (as TF Serving's BuildServerCredentials: client
@@ -201,22 +200,16 @@ class GrpcServer:
 
         if not self.config.enable_profiler:
             return profiler.ProfilerHandler(None, profiler.OFF, wrap, off=True)
-        start = self.state.profiler_server
-        try:
-            if start is None:
-                raise RuntimeError("this server's backend has no profiler")
-            address = profiler.start_tensorflow_profiler(start)
-        except Exception as err:  # noqa: BLE001 - serving goes on without the profiler
-            why = f"the profiler service could not start: {err}"
+        backend = self.state.profiler
+        if backend is None:
+            why = "this server's backend has no profiler"
             log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
             return profiler.ProfilerHandler(None, why, wrap, off=False)
         log.info(
-            "profiler: tensorflow.ProfilerService calls on the gRPC port go to TensorFlow's "
-            "profiler server in this process (port %s, every interface; "
-            "--enable_profiler=false turns both off)",
-            address.rpartition(":")[2],
+            "profiler: tensorflow.ProfilerService calls on the gRPC port are captured in this "
+            "process (no port of its own; --enable_profiler=false turns it off)"
         )
-        return profiler.ProfilerHandler(address, "", wrap, off=False)
+        return profiler.ProfilerHandler(backend, "", wrap, off=False)
 
     async def _watch_health(self) -> None:
         while True:

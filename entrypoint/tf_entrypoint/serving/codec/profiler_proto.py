@@ -1,0 +1,102 @@
+"""TensorFlow's profiler service messages (`tensorflow.ProfilerService`), built at run time.
+
+TensorFlow ships no Python module for `tsl/profiler/protobuf/profiler_service.proto`
+(only its C++ code, in libtensorflow_cc), so this module writes the part of
+the file the server answers, as codec/v2_proto.py does for the Open
+Inference Protocol: a `FileDescriptorProto` in a pool of its own, with the
+field numbers of TensorFlow 2.21's file (read from the descriptor that
+libtensorflow_cc embeds). Fields the server does not read are left out
+(protobuf keeps them as unknown fields); `ProfileResponse.xspace` is a
+`tensorflow.profiler.XSpace` message on the wire, written here as the bytes
+of one (the same encoding), so that this module needs no other file.
+
+Exported: ProfileOptions (the fields a capture reads), ProfileRequest,
+ProfileResponse, TerminateRequest, TerminateResponse, and SERVICE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+PACKAGE = "tensorflow"
+FILE_NAME = "tf_entrypoint/serving/profiler_service.proto"
+SERVICE = "tensorflow.ProfilerService"
+
+_F = descriptor_pb2.FieldDescriptorProto
+# (message, ((field, number, type), ...)); a type not in _SCALARS is a message of this file,
+# "*" after it makes the field repeated.
+_MESSAGES: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (
+    (
+        "ProfileOptions",  # tsl/profiler/protobuf/profiler_options.proto
+        (
+            ("include_dataset_ops", 1, "bool"),
+            ("host_tracer_level", 2, "uint32"),
+            ("device_tracer_level", 3, "uint32"),
+            ("python_tracer_level", 4, "uint32"),
+            ("duration_ms", 9, "uint64"),
+            ("override_hostname", 15, "string"),
+        ),
+    ),
+    (
+        "ProfileRequest",
+        (
+            ("duration_ms", 1, "uint64"),
+            ("max_events", 2, "uint64"),
+            ("tools", 3, "string*"),
+            ("opts", 4, "ProfileOptions"),
+            ("repository_root", 5, "string"),
+            ("session_id", 6, "string"),
+            ("host_name", 7, "string"),
+            ("emit_xspace", 9, "bool"),
+        ),
+    ),
+    ("ProfileResponse", (("empty_trace", 7, "bool"), ("xspace", 8, "bytes"))),
+    ("TerminateRequest", (("session_id", 1, "string"),)),
+    ("TerminateResponse", ()),
+)
+_SCALARS = {
+    "bool": _F.TYPE_BOOL,
+    "uint32": _F.TYPE_UINT32,
+    "uint64": _F.TYPE_UINT64,
+    "string": _F.TYPE_STRING,
+    "bytes": _F.TYPE_BYTES,
+}
+
+
+def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
+    for name, fields in _MESSAGES:
+        message = proto.message_type.add(name=name)
+        for field_name, number, kind in fields:
+            field = message.field.add(name=field_name, number=number, label=_F.LABEL_OPTIONAL)
+            if kind.endswith("*"):
+                field.label = _F.LABEL_REPEATED
+            base = kind.rstrip("*")
+            if base in _SCALARS:
+                field.type = _SCALARS[base]
+            else:
+                field.type = _F.TYPE_MESSAGE
+                field.type_name = f".{PACKAGE}.{base}"
+    return proto
+
+
+POOL = descriptor_pool.DescriptorPool()
+POOL.Add(file_descriptor())
+_GET_CLASS: Any = (
+    getattr(message_factory, "GetMessageClass", None)
+    or message_factory.MessageFactory(POOL).GetPrototype  # type: ignore[attr-defined,unused-ignore]
+)
+
+
+def _message_class(name: str) -> type[Any]:
+    cls: type[Any] = _GET_CLASS(POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+    return cls
+
+
+ProfileOptions = _message_class("ProfileOptions")
+ProfileRequest = _message_class("ProfileRequest")
+ProfileResponse = _message_class("ProfileResponse")
+TerminateRequest = _message_class("TerminateRequest")
+TerminateResponse = _message_class("TerminateResponse")
