@@ -190,7 +190,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("rest_api_timeout_in_ms", "milliseconds a REST predict may wait and run before 504; "
          "0 or less: no limit (same as --request-timeout, in ms; not both)",
          default=f"{DEFAULT_REQUEST_TIMEOUT * 1000:g}"),
-    Flag("request-timeout", "seconds a predict may wait and run before 504; 0: no limit "
+    Flag("request-timeout", "seconds a request may wait and run, its body or gRPC message "
+         "included, before 504 (gRPC: DEADLINE_EXCEEDED); 0: no limit "
          "(not with --rest_api_timeout_in_ms)", env=ENV_REQUEST_TIMEOUT,
          default=f"{DEFAULT_REQUEST_TIMEOUT:g}", tf_serving=False),
     Flag("rest_api_num_threads", "", kind="noted",
