@@ -27,12 +27,12 @@ what the operation adds}. Operations ({"op": ...}):
 - examples_context (kind classify|regress, model, signature, context_bytes,
   count): `count` examples {x: [1.0]} with a context holding a bytes feature
   of context_bytes bytes (and y: [0.5]).
-- hold_then (model, x, ops): a Predict of x whose message is held back; once
-  the server counts it in flight (REST's /metrics on 127.0.0.1:8501), `ops`
-  run (big ones made beforehand: the held call keeps its place against a
-  newcomer for a second); then the message is sent. The result: "admitted"
-  (whether it was counted within 30 s), "results" (of ops), "held" (the held
-  call's result).
+- hold_then (model, x, wait, ops): a Predict of x whose message is held back;
+  once the server counts it in flight (REST's /metrics on 127.0.0.1:8501) and
+  `wait` seconds more have passed (to let it wait longer than a bound, which
+  is safe on any CPU), `ops` run; then the message is sent. The result:
+  "admitted" (whether it was counted within 30 s), "results" (of ops),
+  "held" (the held call's result).
 - predict_typed: predict with each input's values in its typed field
   (float_val...), as TF Serving's own tests write them, not tensor_content.
 - multi_inference_tasks: tasks [{model, version|label, signature, method}]
@@ -325,17 +325,11 @@ def op_multi_inference(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return result(*call(stubs.predictions.MultiInference, request))
 
 
-def _big_request(op: dict[str, Any]) -> Any:
+def op_big(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
+    """A predict of op["floats"] zeros: to cross the message size limit."""
     request = predict_pb2.PredictRequest()
     spec(request, op)
     request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.zeros(op["floats"], dtype=np.float32)))
-    return request
-
-
-def op_big(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    """A predict of op["floats"] zeros: to cross the message size limit (the request
-    made beforehand, when hold_then has put it in op["_request"])."""
-    request = op.get("_request") or _big_request(op)
     code, message, _ = call(stubs.predictions.Predict, request)
     return result(code, message, None)
 
@@ -416,12 +410,6 @@ def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     spec(request, op)
     request.inputs["x"].CopyFrom(tf.make_tensor_proto(op["x"], tf.float32))
     release = threading.Event()
-    # Big requests are made before the held call starts: the held call keeps its
-    # place against newcomers for a second only (core/admission.py's
-    # EVICTABLE_AFTER), and making 8 MB of TensorProto must not take that second.
-    for other in op["ops"]:
-        if other["op"] == "big":
-            other["_request"] = _big_request(other)
 
     def messages() -> Any:
         release.wait(120)
@@ -440,6 +428,8 @@ def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
         admitted = in_flight() >= 1
         if not admitted:
             time.sleep(0.05)
+    if admitted:
+        time.sleep(op.get("wait", 0))
     results = [OPERATIONS[o["op"]](stubs, o) for o in op["ops"]] if admitted else []
     release.set()
     try:

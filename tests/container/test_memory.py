@@ -34,6 +34,7 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, wait
+from tests.container.gates import OPEN, Gate
 from tests.container.test_classify_regress import BODY, export_classify_regress
 from tests.container.test_grpc import Server, serving
 
@@ -506,26 +507,68 @@ def test_a_request_head_cannot_grow_without_bound(server: Server) -> None:
 # -- gRPC: messages are read once admitted
 
 
-def test_grpc_messages_are_read_only_once_admitted(containers: Containers, library: Path) -> None:
-    """With --max-queue 1, a Predict whose message has not arrived holds the place:
-    the next is refused at once (its 8 MB message never read); then the first runs."""
+def test_grpc_messages_are_read_only_once_admitted(
+    containers: Containers, library: Path, tmp_path: Path
+) -> None:
+    """With --max-queue 1, a call refused at admission never has its message read,
+    and a call is admitted before its message is read; on any CPU.
+
+    The one place is held by a running call: mlp's gated signature runs until
+    the test opens the gate (gates.py), and a running call never loses its
+    place. The next Predict, 12 MB against the 8 MiB message limit, is then
+    refused at capacity without being read: read, it would have been refused
+    as too large, as it is once the place is free. Then a Predict whose message
+    is held back is counted in flight before its message arrives; once it has
+    waited longer than EVICTABLE_AFTER (1 s; the client waits 2 s after seeing
+    it admitted: waiting longer than a bound is safe on any CPU), a newcomer
+    takes its place and it ends RESOURCE_EXHAUSTED saying why.
+    """
+    gate = Gate(tmp_path / "gates")
+    running = {"op": "predict", "model": "mlp", "signature": "gated",
+               "inputs": {"x": {"values": [1.0]}}, "timeout": 600}  # fmt: skip
+    big = {"op": "big", "model": "plus", "floats": 3_000_000}  # 12 MB of float zeros
+    newcomer = {"op": "predict", "model": "plus", "inputs": {"x": {"values": [1.0]}}}
     with serving(
         containers, library, "--model_config_file=/models/models.config", "--max-queue=1",
-        **LIMITED,
+        "--request-timeout=0",  # the gated call runs as long as sidecars take to start
+        gate=gate, **LIMITED,
     ) as server:  # fmt: skip
-        (held,) = server.grpc(
-            {"op": "hold_then", "model": "plus", "x": [1.0],
-             "ops": [{"op": "big", "model": "plus", "floats": 2_000_000}]}
-        )  # fmt: skip
-        assert held["admitted"], held
-        (refused,) = held["results"]
-        assert (refused["code"], refused["message"]) == (
-            "RESOURCE_EXHAUSTED",
-            "Server is at capacity (1 predict requests in progress); retry later",
+
+        def in_flight() -> bool:
+            return server.metric("serving_predict_in_flight") == 1
+
+        with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
+            sent = pool.submit(server.grpc, running)
+            started = poll(lambda: sent.done() or in_flight(), 180, 0.05) and in_flight()
+            assert started, server.logs()
+            (refused,) = server.grpc(big)
+            gate.open(OPEN)
+            (held,) = sent.result()
+        assert poll(server.idle, 60, 0.05), server.logs()
+        too_large, stalled = server.grpc(
+            big, {"op": "hold_then", "model": "plus", "x": [1.0], "wait": 2, "ops": [newcomer]}
         )
-        assert (held["held"]["code"], held["held"]["outputs"]) == ("OK", {"y": [2.0]})
         good_predict(server)
         survived(server)
+    assert (refused["code"], refused["message"]) == (
+        "RESOURCE_EXHAUSTED",
+        "Server is at capacity (1 predict requests in progress); retry later",
+    )
+    assert (held["code"], held["outputs"]) == ("OK", {"y": [2.0]}), held
+    assert too_large["code"] == "RESOURCE_EXHAUSTED", too_large
+    assert "Received message larger than max" in too_large["message"], too_large
+    assert stalled["admitted"], stalled  # counted in flight before its message was sent
+    (taken,) = stalled["results"]
+    assert (taken["code"], taken["outputs"]) == ("OK", {"y": [2.0]}), taken
+    evicted = stalled["held"]
+    assert evicted["code"] == "RESOURCE_EXHAUSTED", evicted
+    waited = re.fullmatch(
+        r"Server is at capacity and the request message had not arrived ([0-9.]+) s after "
+        r"the call began: its admission place went to another request; retry later",
+        evicted["message"],
+    )
+    assert waited, evicted
+    assert float(waited[1]) >= 1.0, evicted  # it had waited its second (and the 2 s)
 
 
 # -- REST with batching: many large bodies at once
