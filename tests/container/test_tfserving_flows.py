@@ -352,6 +352,14 @@ def exports_grpc(exports: ModelServer) -> dict[str, dict[str, Any]]:
         "keras_distributed": verify_predict(
             "keras_distributed", output_filter=False, batch=True, x="inputs", y="output_0"
         ),
+        # This server has no --profile-dir: a trace to a folder it could write is refused.
+        "profile": {
+            "op": "profile",
+            "logdir": "/tmp/logs",
+            "duration_ms": 100,
+            "attempts": 1,
+            "predict": verify_predict("half_plus_two_tf2", output_filter=False),
+        },
     }
     return dict(zip(calls, exports.grpc(*calls.values()), strict=True))
 
@@ -685,7 +693,10 @@ def harness(
     """TF Serving's RunServer('default', half_plus_two): gRPC on 8500 and on a UNIX
     socket (--grpc_socket_path), REST on 8501, Prometheus on (testPrometheusEndpoint's
     monitoring config); a folder for the profiler's traces at the same path in the
-    server and the sidecars."""
+    server and the sidecars. --profile-dir=/profile is this server's own flag, not
+    TF Serving's harness's: TF Serving writes a trace wherever the client's logdir
+    says, this server only under --profile-dir (none without it), so the profiler's
+    test names the folder the traces go to."""
     tmp = tmp_path_factory.mktemp("harness")
     config = tmp / "config"
     config.mkdir(mode=0o755)
@@ -700,6 +711,7 @@ def harness(
         "--model_base_path=/models/half_plus_two",
         f"--grpc_socket_path={SOCKET}",
         "--monitoring_config_file=/config/monitoring_config.txt",
+        "--profile-dir=/profile",
         config=config,
         shared=shared,
     ) as server:
@@ -833,12 +845,55 @@ def test_without_the_profiler_its_calls_say_so(containers: Containers, models: P
     assert "--enable_profiler=false" in profile["message"], profile
 
 
+def test_without_a_profile_dir_the_profiler_writes_nothing(
+    exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
+) -> None:
+    """Without --profile-dir (the default), TensorFlow's profiler client asking the
+    server to write a trace under /tmp/logs (a folder the server's user can write; TF
+    Serving would) gets PERMISSION_DENIED saying how to allow it, and nothing is written."""
+    profile = exports_grpc["profile"]
+    assert profile["code"] == "PermissionDeniedError", profile
+    assert "--profile-dir=DIR" in profile["message"], profile
+    assert "/tmp/logs/plugins/profile" in profile["message"], profile
+    assert absent(exports.container, "/tmp/logs")
+
+
+def test_a_logdir_outside_the_profile_dir_is_refused(harness: ModelServer) -> None:
+    """--profile-dir=/profile: a logdir elsewhere, or climbing out of it with `..`,
+    is PERMISSION_DENIED naming the flag before any capture, and nothing is written
+    (the server's user could write both folders)."""
+    results = harness.grpc(
+        *(
+            {
+                "op": "profile",
+                "logdir": logdir,
+                "duration_ms": 100,
+                "attempts": 1,
+                "predict": verify_predict(batch=True),
+            }
+            for logdir in ("/tmp/outside", "/profile/../tmp/climb")
+        )
+    )
+    for profile in results:
+        assert profile["code"] == "PermissionDeniedError", profile
+        assert "is not inside --profile-dir '/profile'" in profile["message"], profile
+    assert absent(harness.container, "/tmp/outside")
+    assert absent(harness.container, "/tmp/climb")
+
+
+def absent(container: Container, path: str) -> bool:
+    """Whether `path` does not exist in the container (its file system, not a volume's)."""
+    ran = container.exec_run(["ls", "-d", path])
+    return bool(ran.exit_code != 0 and b"No such file" in ran.output)
+
+
 def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) -> None:
     """test_profiler_service_with_valid_trace_request, and what it is for: TensorFlow's
     own profiler client (profiler_client.trace, which TensorBoard's profile plugin
     calls) against the gRPC port takes a 1 s trace while predicts run, and the
     server writes it under the logdir the client names (TF Serving's
-    ProfilerService does; the folder is at the same path in both containers). No TCP
+    ProfilerService does; here the logdir is inside --profile-dir, the harness's
+    /profile; the folder is at the same path in both containers). No TCP
     port but gRPC's and REST's listens in the server, before or after.
 
     Last in this file: if the server refuses the profiler instead, with a clear
