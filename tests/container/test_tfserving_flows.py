@@ -49,6 +49,7 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove
+from tf_entrypoint.serving.codec import profiler_proto
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -353,13 +354,7 @@ def exports_grpc(exports: ModelServer) -> dict[str, dict[str, Any]]:
             "keras_distributed", output_filter=False, batch=True, x="inputs", y="output_0"
         ),
         # This server has no --profile-dir: a trace to a folder it could write is refused.
-        "profile": {
-            "op": "profile",
-            "logdir": "/tmp/logs",
-            "duration_ms": 100,
-            "attempts": 1,
-            "predict": verify_predict("half_plus_two_tf2", output_filter=False),
-        },
+        "profile": profile_call("/tmp/logs/plugins/profile"),
     }
     return dict(zip(calls, exports.grpc(*calls.values()), strict=True))
 
@@ -848,37 +843,47 @@ def test_without_the_profiler_its_calls_say_so(containers: Containers, models: P
 def test_without_a_profile_dir_the_profiler_writes_nothing(
     exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
 ) -> None:
-    """Without --profile-dir (the default), TensorFlow's profiler client asking the
-    server to write a trace under /tmp/logs (a folder the server's user can write; TF
-    Serving would) gets PERMISSION_DENIED saying how to allow it, and nothing is written."""
+    """Without --profile-dir (the default), a Profile asking the server to write its
+    trace under /tmp/logs (a folder the server's user can write; TF Serving would) is
+    PERMISSION_DENIED saying how to allow it, and nothing is written."""
     profile = exports_grpc["profile"]
-    assert profile["code"] == "PermissionDeniedError", profile
+    assert profile["code"] == "PERMISSION_DENIED", profile
+    assert "'/tmp/logs/plugins/profile'" in profile["message"], profile
     assert "--profile-dir=DIR" in profile["message"], profile
-    assert "/tmp/logs/plugins/profile" in profile["message"], profile
     assert absent(exports.container, "/tmp/logs")
 
 
 def test_a_logdir_outside_the_profile_dir_is_refused(harness: ModelServer) -> None:
-    """--profile-dir=/profile: a logdir elsewhere, or climbing out of it with `..`,
-    is PERMISSION_DENIED naming the flag before any capture, and nothing is written
-    (the server's user could write both folders)."""
+    """--profile-dir=/profile: a repository_root elsewhere, one climbing out of it with
+    `..`, or a session id climbing out, is refused before any capture (PERMISSION_DENIED
+    naming the path and the flag; INVALID_ARGUMENT naming the field), and nothing is
+    written (the server's user could write there)."""
     results = harness.grpc(
-        *(
-            {
-                "op": "profile",
-                "logdir": logdir,
-                "duration_ms": 100,
-                "attempts": 1,
-                "predict": verify_predict(batch=True),
-            }
-            for logdir in ("/tmp/outside", "/profile/../tmp/climb")
-        )
+        profile_call("/tmp/outside"),
+        profile_call("/profile/../tmp/climb"),
+        profile_call("/profile/logs", session_id="../../tmp/run"),
     )
-    for profile in results:
-        assert profile["code"] == "PermissionDeniedError", profile
-        assert "is not inside --profile-dir '/profile'" in profile["message"], profile
-    assert absent(harness.container, "/tmp/outside")
-    assert absent(harness.container, "/tmp/climb")
+    codes = [(result["code"], result["message"]) for result in results]
+    assert codes[0][0] == codes[1][0] == "PERMISSION_DENIED", codes
+    assert "'/tmp/outside' is not inside --profile-dir '/profile'" in codes[0][1], codes
+    assert "'/profile/../tmp/climb' is not inside --profile-dir" in codes[1][1], codes
+    assert codes[2][0] == "INVALID_ARGUMENT", codes
+    assert "ProfileRequest.session_id '../../tmp/run' is not a plain name" in codes[2][1]
+    for path in ("/tmp/outside", "/tmp/climb", "/tmp/run"):
+        assert absent(harness.container, path), path
+
+
+def profile_call(root: str, session_id: str = "run") -> dict[str, Any]:
+    """A raw ProfileRequest (100 ms, host "server") writing under `root`: TensorFlow's
+    profiler client does not pass the server's refusal on (it says no trace was
+    collected), so the call is made as it makes it, with the answer's code and message."""
+    request = profiler_proto.ProfileRequest(
+        duration_ms=100, repository_root=root, session_id=session_id, host_name="server"
+    )
+    request.opts.duration_ms = 100
+    body = request.SerializeToString()
+    assert body.isascii()  # the raw op sends its body as text
+    return {"op": "raw", "method": "/tensorflow.ProfilerService/Profile", "body": body.decode()}
 
 
 def absent(container: Container, path: str) -> bool:
