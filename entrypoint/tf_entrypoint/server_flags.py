@@ -83,6 +83,8 @@ ENV_SAVED_MODEL_LOADER = "SERVE_SAVED_MODEL_LOADER"
 #: Where versions read from object storage are copied to load them, and its size limit.
 ENV_MODEL_CACHE_DIR = "SERVE_MODEL_CACHE_DIR"
 ENV_MODEL_CACHE_BYTES = "SERVE_MODEL_CACHE_BYTES"
+#: The one directory (or gs:// / s3:// prefix) profiler traces may be written under.
+ENV_PROFILE_DIR = "SERVE_PROFILE_DIR"
 SAVED_MODEL_LOADERS = ("session", "tf2")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -338,6 +340,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("model-cache-bytes", "most bytes of copies held at once (a version that would not "
          "fit fails its load with RESOURCE_EXHAUSTED); 0: what the file system has free",
          env=ENV_MODEL_CACHE_BYTES, default="0", tf_serving=False),
+    Flag("profile-dir", "the one directory (or gs:// or s3:// prefix) under which the "
+         "profiler service (--enable_profiler) may write traces: a Profile whose logdir is not "
+         "inside it is refused (PERMISSION_DENIED), as is every one that asks the server to "
+         "write when it is not set (TF Serving writes wherever the client says); a Profile "
+         "asking for emit_xspace writes nothing and needs none", env=ENV_PROFILE_DIR,
+         default="none (no trace is written)", tf_serving=False),
     Flag("version", "print the version and exit", boolean=True, default="false"),
 )  # fmt: skip
 

@@ -49,6 +49,7 @@ import pytest
 from docker.models.containers import Container
 
 from tests.container.dockerkit import Containers, poll, remove
+from tf_entrypoint.serving.codec import profiler_proto
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -352,6 +353,8 @@ def exports_grpc(exports: ModelServer) -> dict[str, dict[str, Any]]:
         "keras_distributed": verify_predict(
             "keras_distributed", output_filter=False, batch=True, x="inputs", y="output_0"
         ),
+        # This server has no --profile-dir: a trace to a folder it could write is refused.
+        "profile": profile_call("/tmp/logs/plugins/profile"),
     }
     return dict(zip(calls, exports.grpc(*calls.values()), strict=True))
 
@@ -685,7 +688,10 @@ def harness(
     """TF Serving's RunServer('default', half_plus_two): gRPC on 8500 and on a UNIX
     socket (--grpc_socket_path), REST on 8501, Prometheus on (testPrometheusEndpoint's
     monitoring config); a folder for the profiler's traces at the same path in the
-    server and the sidecars."""
+    server and the sidecars. --profile-dir=/profile is this server's own flag, not
+    TF Serving's harness's: TF Serving writes a trace wherever the client's logdir
+    says, this server only under --profile-dir (none without it), so the profiler's
+    test names the folder the traces go to."""
     tmp = tmp_path_factory.mktemp("harness")
     config = tmp / "config"
     config.mkdir(mode=0o755)
@@ -700,6 +706,7 @@ def harness(
         "--model_base_path=/models/half_plus_two",
         f"--grpc_socket_path={SOCKET}",
         "--monitoring_config_file=/config/monitoring_config.txt",
+        "--profile-dir=/profile",
         config=config,
         shared=shared,
     ) as server:
@@ -833,12 +840,65 @@ def test_without_the_profiler_its_calls_say_so(containers: Containers, models: P
     assert "--enable_profiler=false" in profile["message"], profile
 
 
+def test_without_a_profile_dir_the_profiler_writes_nothing(
+    exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
+) -> None:
+    """Without --profile-dir (the default), a Profile asking the server to write its
+    trace under /tmp/logs (a folder the server's user can write; TF Serving would) is
+    PERMISSION_DENIED saying how to allow it, and nothing is written."""
+    profile = exports_grpc["profile"]
+    assert profile["code"] == "PERMISSION_DENIED", profile
+    assert "'/tmp/logs/plugins/profile'" in profile["message"], profile
+    assert "--profile-dir=DIR" in profile["message"], profile
+    assert absent(exports.container, "/tmp/logs")
+
+
+def test_a_logdir_outside_the_profile_dir_is_refused(harness: ModelServer) -> None:
+    """--profile-dir=/profile: a repository_root elsewhere, one climbing out of it with
+    `..`, or a session id climbing out, is refused before any capture (PERMISSION_DENIED
+    naming the path and the flag; INVALID_ARGUMENT naming the field), and nothing is
+    written (the server's user could write there)."""
+    results = harness.grpc(
+        profile_call("/tmp/outside"),
+        profile_call("/profile/../tmp/climb"),
+        profile_call("/profile/logs", session_id="../../tmp/run"),
+    )
+    codes = [(result["code"], result["message"]) for result in results]
+    assert codes[0][0] == codes[1][0] == "PERMISSION_DENIED", codes
+    assert "'/tmp/outside' is not inside --profile-dir '/profile'" in codes[0][1], codes
+    assert "'/profile/../tmp/climb' is not inside --profile-dir" in codes[1][1], codes
+    assert codes[2][0] == "INVALID_ARGUMENT", codes
+    assert "ProfileRequest.session_id '../../tmp/run' is not a plain name" in codes[2][1]
+    for path in ("/tmp/outside", "/tmp/climb", "/tmp/run"):
+        assert absent(harness.container, path), path
+
+
+def profile_call(root: str, session_id: str = "run") -> dict[str, Any]:
+    """A raw ProfileRequest (100 ms, host "server") writing under `root`: TensorFlow's
+    profiler client does not pass the server's refusal on (it says no trace was
+    collected), so the call is made as it makes it, with the answer's code and message."""
+    request = profiler_proto.ProfileRequest(
+        duration_ms=100, repository_root=root, session_id=session_id, host_name="server"
+    )
+    request.opts.duration_ms = 100
+    body = request.SerializeToString()
+    assert body.isascii()  # the raw op sends its body as text
+    return {"op": "raw", "method": "/tensorflow.ProfilerService/Profile", "body": body.decode()}
+
+
+def absent(container: Container, path: str) -> bool:
+    """Whether `path` does not exist in the container (its file system, not a volume's)."""
+    ran = container.exec_run(["ls", "-d", path])
+    return bool(ran.exit_code != 0 and b"No such file" in ran.output)
+
+
 def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) -> None:
     """test_profiler_service_with_valid_trace_request, and what it is for: TensorFlow's
     own profiler client (profiler_client.trace, which TensorBoard's profile plugin
     calls) against the gRPC port takes a 1 s trace while predicts run, and the
     server writes it under the logdir the client names (TF Serving's
-    ProfilerService does; the folder is at the same path in both containers). No TCP
+    ProfilerService does; here the logdir is inside --profile-dir, the harness's
+    /profile; the folder is at the same path in both containers). No TCP
     port but gRPC's and REST's listens in the server, before or after.
 
     Last in this file: if the server refuses the profiler instead, with a clear

@@ -363,6 +363,29 @@ def test_max_graph_bytes_is_read_from_the_flag_or_its_variable_and_checked() -> 
             parse(f"--max-graph-bytes={bad}")
 
 
+def test_profile_dir_is_read_from_the_flag_or_its_variable_and_normalised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--profile-dir (SERVE_PROFILE_DIR): not set by default (no trace is written); a
+    local path is made absolute and real, a gs:// or s3:// prefix normalised."""
+    assert parse().profile_dir is None
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    real = str((tmp_path / "real").resolve())
+    assert parse(f"--profile-dir={tmp_path}/link/").profile_dir == real
+    monkeypatch.chdir(tmp_path)
+    assert parse(env={"SERVE_PROFILE_DIR": "real/x/.."}).profile_dir == real
+    assert parse("--profile-dir=gs://b/logs/", env={"SERVE_PROFILE_DIR": "/x"}).profile_dir == (
+        "gs://b/logs"
+    )
+    assert parse("--profile-dir", "S3://b//a/./c").profile_dir == "s3://b/a/c"
+    for bad in ("", "gs://", "ftp://b/x"):
+        with pytest.raises(
+            UsageError, match=r"--profile-dir=.* is invalid: expected a directory, or a gs://"
+        ):
+            parse(f"--profile-dir={bad}")
+
+
 def test_load_retries_default_to_tf_servings_and_are_checked() -> None:
     """--max_num_load_retries (5) and --load_retry_interval_micros (a minute), as
     TF Serving's server.h; a negative interval does not wait (its retrier.cc)."""

@@ -25,6 +25,8 @@ from tf_entrypoint.serving.grpc import profiler
 PROFILE = "/tensorflow.ProfilerService/Profile"
 TERMINATE = "/tensorflow.ProfilerService/Terminate"
 XSPACE = b"\x0a\x02\x12\x00"  # stands for a serialized XSpace
+#: --profile-dir of the handlers that write (_request's repository_root is inside it).
+LOGS = "/logs"
 
 
 class FakeCapture:
@@ -108,8 +110,9 @@ def _request(**fields: Any) -> bytes:
 
 
 def test_profile_records_for_the_duration_and_writes_where_the_client_says() -> None:
+    """Inside --profile-dir: written under the client's repository_root and session id."""
     backend = FakeProfiler()
-    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False, profile_dir=LOGS)
     code, answer = asyncio.run(call(handler, PROFILE, _request()))
     assert code == "OK", answer
     assert not pb.ProfileResponse.FromString(answer).empty_trace
@@ -130,12 +133,62 @@ def test_emit_xspace_returns_the_trace_instead() -> None:
     assert backend.started[0][1] == ""  # a temporary scratch folder
 
 
+def test_emit_xspace_needs_no_profile_dir_and_writes_nothing() -> None:
+    """Without --profile-dir (the default), emit_xspace with a repository_root too is
+    answered with the trace: nothing is written there, not even a scratch folder."""
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    code, answer = asyncio.run(call(handler, PROFILE, _request(emit_xspace=True)))
+    assert code == "OK", answer
+    assert pb.ProfileResponse.FromString(answer).xspace == XSPACE
+    assert backend.saved == []
+    assert backend.started[0][1] == ""
+
+
+@pytest.mark.parametrize(
+    ("profile_dir", "fields", "code", "words"),
+    [
+        # without --profile-dir: asking the server to write is refused, saying how to allow it
+        (None, {}, "PERMISSION_DENIED", ["'/logs/plugins/profile'", "--profile-dir=DIR"]),
+        ("/profile", {}, "PERMISSION_DENIED", ["'/logs/plugins/profile'", "--profile-dir"]),
+        ("/logs", {"repository_root": "/logs/../etc"}, "PERMISSION_DENIED", ["'/logs/../etc'"]),
+        ("/logs", {"repository_root": "/logs2"}, "PERMISSION_DENIED", ["'/logs2'"]),
+        ("/logs", {"session_id": "../../etc"}, "INVALID_ARGUMENT", ["session_id"]),
+        ("/logs", {"host_name": "../../../etc/cron.d/x"}, "INVALID_ARGUMENT", ["host_name"]),
+        (None, {"host_name": ".."}, "INVALID_ARGUMENT", ["host_name"]),
+    ],
+)
+def test_a_trace_outside_the_profile_dir_is_refused_before_any_capture(
+    profile_dir: str | None, fields: dict[str, str], code: str, words: list[str]
+) -> None:
+    backend = FakeProfiler()
+    given = {} if profile_dir is None else {"profile_dir": profile_dir}  # None: the default
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False, **given)
+    found, details = asyncio.run(call(handler, PROFILE, _request(**fields)))
+    assert found == code, details
+    for word in words:
+        assert word in details
+    assert backend.started == []
+    assert backend.saved == []
+
+
+def test_override_hostname_is_a_plain_name_too() -> None:
+    backend = FakeProfiler()
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False, profile_dir=LOGS)
+    request = pb.ProfileRequest.FromString(_request())
+    request.opts.override_hostname = "../../escape"
+    found, details = asyncio.run(call(handler, PROFILE, request.SerializeToString()))
+    assert found == "INVALID_ARGUMENT"
+    assert "host_name" in details
+    assert backend.started == []
+
+
 def test_terminate_ends_a_long_profile_early_and_a_second_one_waits_its_turn() -> None:
     """A 60 s profile, ended by a Terminate naming its session: it answers at once
     (the bound, 30 s, only says it did not wait the minute); a profile asked
     while it runs is ALREADY_EXISTS (TensorFlow allows one session at a time)."""
     backend = FakeProfiler()
-    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False, profile_dir=LOGS)
     long_one = pb.ProfileRequest.FromString(_request())
     long_one.opts.duration_ms = 60_000
 
@@ -167,7 +220,7 @@ def test_terminate_ends_a_long_profile_early_and_a_second_one_waits_its_turn() -
 def test_a_client_that_goes_away_ends_its_capture() -> None:
     """Its deadline passes mid-profile: the capture is stopped, so the next can start."""
     backend = FakeProfiler()
-    handler = profiler.ProfilerHandler(backend, "", wrap, off=False)
+    handler = profiler.ProfilerHandler(backend, "", wrap, off=False, profile_dir=LOGS)
     long_one = pb.ProfileRequest.FromString(_request())
     long_one.opts.duration_ms = 60_000
 

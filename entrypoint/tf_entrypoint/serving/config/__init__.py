@@ -55,7 +55,7 @@ from tf_entrypoint.serving.config.sizing import (
     size_workers,
 )
 from tf_entrypoint.serving.config.ssl_config import SslConfig, read_ssl_config
-from tf_entrypoint.serving.core import model_cache
+from tf_entrypoint.serving.core import model_cache, trace_paths
 from tf_entrypoint.serving.core.batching import BatchingParameters
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.submission import LoadRetries
@@ -147,6 +147,9 @@ class ServeConfig:
     model_cache_bytes: int = 0
     #: Largest saved_model.pb (or .pbtxt) a version may have (--max-graph-bytes).
     max_graph_bytes: int = DEFAULT_MAX_GRAPH_BYTES
+    #: The one directory (normalised local real path, or gs:// / s3:// prefix) the
+    #: profiler service may write traces under (--profile-dir); None: it writes none.
+    profile_dir: str | None = None
     #: Things to tell the operator at start (flags that a config file overrides,
     #: flags accepted with no effect).
     notes: tuple[str, ...] = field(default=())
@@ -326,6 +329,9 @@ MILLISECONDS = Converter(_milliseconds, "a whole number of milliseconds (0 or le
 LOG_LEVEL = Converter(_one_of(LOG_LEVELS), ", ".join(LOG_LEVELS))
 LOADER = Converter(_one_of(SAVED_MODEL_LOADERS), " or ".join(SAVED_MODEL_LOADERS))
 PATH = Converter(_path, "a path")
+PROFILE_DIR: Converter[str | None] = Converter(
+    trace_paths.normalise_dir, "a directory, or a gs:// or s3:// prefix (gs://BUCKET/PATH)"
+)
 TEXT = Converter(str, "text")
 
 
@@ -469,5 +475,6 @@ def parse_config(
         ),
         model_cache_bytes=values.get("model-cache-bytes", BYTES, 0),
         max_graph_bytes=values.get("max-graph-bytes", POSITIVE_BYTES, DEFAULT_MAX_GRAPH_BYTES),
+        profile_dir=values.get("profile-dir", PROFILE_DIR, None),
         notes=(*notes, *model_notes),
     )

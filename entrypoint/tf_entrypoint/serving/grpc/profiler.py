@@ -11,7 +11,11 @@ This server answers the service itself, as TensorFlow's implementation does
 in this process (core/servable.Profiler; TensorFlow's ProfilerSession,
 model/profiler.py) for the duration asked, or until a Terminate names its
 session, then writes the XSpace to REPOSITORY_ROOT/SESSION_ID/HOST.xplane.pb
-(or returns it, with `emit_xspace`) and says whether it is empty. No second
+(or returns it, with `emit_xspace`, writing nothing) and says whether it is
+empty. Unlike TF Serving, it writes only under --profile-dir: a Profile whose
+folder is not inside it (or any that asks to write when it is not set) is
+refused PERMISSION_DENIED before a capture starts (core/trace_paths.py's rule;
+docs/robustness.md). No second
 port is opened: TensorFlow's own profiler server would listen on every
 interface, on a port of its own (docs/robustness.md). Monitor and the
 continuous-profiling methods answer UNIMPLEMENTED, as TensorFlow's service
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +37,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from tf_entrypoint.serving.codec import profiler_proto as pb
+from tf_entrypoint.serving.core import trace_paths
 from tf_entrypoint.serving.core.deadlines import within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
@@ -74,8 +80,18 @@ class ProfilerHandler(grpc.GenericRpcHandler):
     while draining, cut off at the end of the grace period, counted).
     """
 
-    def __init__(self, backend: Profiler | None, why: str, wrap: Wrap, *, off: bool) -> None:
+    def __init__(
+        self,
+        backend: Profiler | None,
+        why: str,
+        wrap: Wrap,
+        *,
+        off: bool,
+        profile_dir: str | None = None,
+    ) -> None:
         self.backend = backend
+        #: --profile-dir, normalised: traces are written only under it (None: none are).
+        self.profile_dir = profile_dir
         self.why = why
         self.off = off
         self._wrap = wrap
@@ -126,8 +142,11 @@ class ProfilerHandler(grpc.GenericRpcHandler):
         options = {name: getattr(request.opts, name) for name in OPTIONS}
         seconds = (request.opts.duration_ms or request.duration_ms) / 1000
         host = request.opts.override_hostname or request.host_name or "localhost"
-        scratch = "" if request.emit_xspace else f"{root.rstrip('/')}/{run}"
         loop = asyncio.get_running_loop()
+        scratch = ""  # emit_xspace: a temporary folder of the server's own; nothing written
+        if not request.emit_xspace:  # before any capture: only under --profile-dir
+            check = trace_paths.trace_folder  # realpath reads the file system: off the loop
+            scratch = await loop.run_in_executor(None, check, self.profile_dir, root, run, host)
         capture: Capture = await loop.run_in_executor(None, backend.start, options, scratch)
         stop = self._stops[run] = asyncio.Event()
         try:
@@ -147,6 +166,7 @@ class ProfilerHandler(grpc.GenericRpcHandler):
         if request.emit_xspace:
             response.xspace = xspace
         else:
-            path = await loop.run_in_executor(None, backend.save, root, run, host, xspace)
+            folder, name = posixpath.split(scratch)
+            path = await loop.run_in_executor(None, backend.save, folder, name, host, xspace)
             log.info("profiler: a %g s trace written to %s", seconds, path)
         return bytes(response.SerializeToString())

@@ -205,11 +205,15 @@ class GrpcServer:
             why = "this server's backend has no profiler"
             log.warning("%s; tensorflow.ProfilerService calls are answered UNAVAILABLE", why)
             return profiler.ProfilerHandler(None, why, wrap, off=False)
+        where = self.config.profile_dir
         log.info(
             "profiler: tensorflow.ProfilerService calls on the gRPC port are captured in this "
-            "process (no port of its own; --enable_profiler=false turns it off)"
+            "process (no port of its own; --enable_profiler=false turns it off); %s",
+            f"traces are written only under {where} (--profile-dir)"
+            if where
+            else "no trace is written (--profile-dir is not set): emit_xspace only",
         )
-        return profiler.ProfilerHandler(backend, "", wrap, off=False)
+        return profiler.ProfilerHandler(backend, "", wrap, off=False, profile_dir=where)
 
     async def _watch_health(self) -> None:
         while True:
