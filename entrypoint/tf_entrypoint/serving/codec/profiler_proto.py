@@ -16,9 +16,9 @@ ProfileResponse, TerminateRequest, TerminateResponse, and SERVICE.
 
 from __future__ import annotations
 
-from typing import Any
+from google.protobuf import descriptor_pb2
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from tf_entrypoint.serving.codec.runtime_proto import message_classes
 
 PACKAGE = "tensorflow"
 FILE_NAME = "tf_entrypoint/serving/profiler_service.proto"
@@ -82,17 +82,7 @@ def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
-POOL = descriptor_pool.DescriptorPool()
-POOL.Add(file_descriptor())
-_GET_CLASS: Any = (
-    getattr(message_factory, "GetMessageClass", None)
-    or message_factory.MessageFactory(POOL).GetPrototype  # type: ignore[attr-defined,unused-ignore]
-)
-
-
-def _message_class(name: str) -> type[Any]:
-    cls: type[Any] = _GET_CLASS(POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-    return cls
+POOL, _message_class = message_classes(file_descriptor())
 
 
 ProfileOptions = _message_class("ProfileOptions")

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
+
+from tf_entrypoint.serving.codec.runtime_proto import message_classes
 
 PACKAGE = "inference"
 FILE_NAME = "tf_entrypoint/serving/open_inference_grpc.proto"
@@ -202,25 +204,7 @@ def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
-POOL = descriptor_pool.DescriptorPool()
-POOL.Add(file_descriptor())
-
-
-# GetMessageClass caches one class per descriptor; releases before it had a
-# factory's GetPrototype (one factory, so each message gets one class).
-_GET_CLASS: Any = (
-    getattr(message_factory, "GetMessageClass", None)
-    or message_factory.MessageFactory(POOL).GetPrototype  # type: ignore[attr-defined,unused-ignore]
-)
-
-
-def _message_class(path: str) -> type[Any]:
-    cls: type[Any] = _GET_CLASS(POOL.FindMessageTypeByName(f"{PACKAGE}.{path}"))
-    parent, _, short = path.rpartition(".")
-    if parent and not hasattr(_message_class(parent), short):
-        # protobuf's pure-Python backend leaves nested classes off their parent.
-        setattr(_message_class(parent), short, cls)
-    return cls
+POOL, _message_class = message_classes(file_descriptor())
 
 
 ServerLiveRequest = _message_class("ServerLiveRequest")
