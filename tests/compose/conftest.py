@@ -23,7 +23,8 @@ import httpx2
 import pytest
 from pytest_docker.plugin import DockerComposeExecutor, Services, get_docker_services
 
-from tests.container.dockerkit import REPO, build_image
+from harness.docker import REPO
+from harness.images import build_image
 
 #: Seconds for the project to train and the server to answer /readyz.
 READY_TIMEOUT = 240

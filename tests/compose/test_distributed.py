@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
+from harness.docker import REPO, poll
 from tests.compose.conftest import compose_command, is_ready
-from tests.container.dockerkit import REPO, poll
 
 #: Seconds for both workers to train and the server to load the model.
 UP_TIMEOUT = 420

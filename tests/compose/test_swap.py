@@ -15,7 +15,7 @@ from collections.abc import Callable
 import httpx2
 from pytest_docker.plugin import DockerComposeExecutor
 
-from tests.container.dockerkit import poll
+from harness.docker import poll
 
 V1 = [2.5, 3.0]  # y = 0.5 x + 2 for x = 1, 2
 V2 = [3.5, 4.0]  # y = 0.5 x + 3

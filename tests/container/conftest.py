@@ -30,7 +30,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.container.dockerkit import Containers, build_image
+from harness.docker import Containers
+from harness.images import build_image
 
 ALL_FLAVORS = ["cpu", "gpu"]
 

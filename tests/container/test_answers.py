@@ -76,7 +76,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, poll
+from harness.docker import Containers, poll
 from tests.container.gates import Gate
 from tests.container.test_grpc import (
     MODEL_CONFIGS,

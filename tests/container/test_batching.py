@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, poll, wait
+from harness.docker import Containers, poll, wait
 from tests.container.gates import OPEN, Gate
 from tests.container.test_grpc import Server, serving
 

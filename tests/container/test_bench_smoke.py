@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from bench import batching, grpc_rest, serving, sweep
-from tests.container.dockerkit import REPO
+from harness.docker import REPO
 
 #: The images this module tests (tests/container/conftest.py): the benchmarks measure the CPU image.
 IMAGE_FLAVORS = ("cpu",)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tests.container.test_serving_versions import Server, serving
 
 #: The images this module tests (tests/container/conftest.py): the server is

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bench import cost
-from tests.container.dockerkit import REPO
+from harness.docker import REPO
 
 #: The images this module tests (tests/container/conftest.py): the benchmarks measure the CPU image.
 IMAGE_FLAVORS = ("cpu",)

@@ -16,7 +16,7 @@ import re
 import textwrap
 from typing import Any
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 
 #: Sonames TensorFlow and its CUDA libraries load (cuDNN's sub-libraries
 #: included), except libcudnn_engines_runtime_compiled, which needs the driver.

@@ -30,7 +30,7 @@ import grpc
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, remove
+from harness.docker import Containers, remove
 from tests.container.test_grpc import Server, wait_ready
 from tf_entrypoint.serving.codec import v2_proto as pb
 

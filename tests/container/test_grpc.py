@@ -31,7 +31,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, metric_value, poll, remove, wait
+from harness.docker import Containers, metric_value, poll, remove, wait
 from tests.container.gates import Gate
 from tests.container.test_classify_regress import export_classify_regress, f32
 from tests.tf_text import NODE, NOT_A_MATRIX, tf_text

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 
 ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}
 #: Bypasses tini and tf-entrypoint: what `docker exec` gets (no TF_ENTRYPOINT_PLAN).

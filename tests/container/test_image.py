@@ -9,7 +9,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.container.dockerkit import REPO, Containers, wait, wait_for_log
+from harness.docker import REPO, Containers, wait, wait_for_log
 from tf_entrypoint import __version__
 from tf_entrypoint.problems import EXIT_NOT_FOUND
 

@@ -33,7 +33,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, wait
+from harness.docker import Containers, poll, wait
 from tests.container.gates import OPEN, Gate
 from tests.container.test_classify_regress import BODY, export_classify_regress
 from tests.container.test_grpc import Server, serving

@@ -20,7 +20,7 @@ import docker
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, poll, remove
+from harness.docker import Containers, poll, remove
 from tests.container.test_grpc import grpc_sidecar
 from tf_entrypoint.tfserving import rest_api_threads
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, poll, remove
+from harness.docker import Containers, poll, remove
 from tests.object_stores import Emulator, free_port, put_raw, running, stored_keys, upload
 
 IMAGE_FLAVORS = ("cpu",)

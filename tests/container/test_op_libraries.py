@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tests.container.test_tfserving_flows import model_server
 
 #: The images this module tests (tests/container/conftest.py): TF Text's image is

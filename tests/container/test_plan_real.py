@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tf_entrypoint.problems import EXIT_CONFIG
 
 V1_CPU = Path("/sys/fs/cgroup/cpu")

@@ -24,7 +24,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, metric_value
+from harness.docker import Containers, metric_value
 from tests.container.test_tfserving_flows import ModelServer, model_server, write_config
 
 HERE = Path(__file__).resolve().parent

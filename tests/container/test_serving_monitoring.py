@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tests.container.test_serving_versions import HERE, serving
 
 #: The images this module tests (tests/container/conftest.py): the server is

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx2
 
-from tests.container.dockerkit import Containers, poll, remove
+from harness.docker import Containers, poll, remove
 from tests.container.test_grpc import grpc_sidecar
 from tests.container.test_serving_versions import (
     READY_TIMEOUT,

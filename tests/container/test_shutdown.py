@@ -22,7 +22,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, remove, wait
+from harness.docker import Containers, poll, remove, wait
 from tests.container.test_grpc import READY_TIMEOUT, Server, server_container, wait_ready
 
 #: The images this module tests (tests/container/conftest.py): the server is

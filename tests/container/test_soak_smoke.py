@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bench import soak, soak_load
-from tests.container.dockerkit import REPO
+from harness.docker import REPO
 
 #: The images this module tests (tests/container/conftest.py): the soak measures the CPU image.
 IMAGE_FLAVORS = ("cpu",)

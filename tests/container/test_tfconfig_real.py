@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tf_entrypoint.problems import EXIT_CONFIG
 
 PRINT_TF_CONFIG = ["python", "-c", "import os; print(os.environ['TF_CONFIG'], end='')"]

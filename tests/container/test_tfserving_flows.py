@@ -48,7 +48,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, remove
+from harness.docker import Containers, poll, remove
 from tf_entrypoint.serving.codec import profiler_proto
 
 #: The images this module tests (tests/container/conftest.py): the server is

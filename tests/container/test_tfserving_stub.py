@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tf_entrypoint.tfserving import rest_api_threads
 
 STUB = """\

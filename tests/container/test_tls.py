@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tests.container.test_grpc import HERE, Server, server_container, wait_ready, x_tensor
 from tests.tls_certs import Certs, make_certs, ssl_config_text
 

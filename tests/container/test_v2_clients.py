@@ -33,7 +33,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.container.dockerkit import REPO, Containers, poll, remove
+from harness.docker import REPO, Containers, poll, remove
 from tests.container.gates import OPEN, Gate
 from tests.container.test_grpc import Server, serving, wait_ready
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.container.dockerkit import Containers, metric_value, remove
+from harness.docker import Containers, metric_value, remove
 from tests.container.test_grpc import Server, wait_ready
 
 IMAGE_FLAVORS = ("cpu",)

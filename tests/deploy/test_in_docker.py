@@ -37,7 +37,8 @@ import pytest
 from docker.models.containers import Container
 from grpc_health.v1 import health_pb2
 
-from tests.container.dockerkit import Containers, build_image, remove, wait
+from harness.docker import Containers, remove, wait
+from harness.images import build_image
 from tests.deploy.kustomize import (
     DEPLOY,
     Doc,

@@ -78,7 +78,7 @@ class GpuPlace:
     """Runs Python code and `tf-entrypoint explain` where the GPUs are."""
 
     where: str  # for messages: "host (python 3.x)" or "docker (tf-entrypoint:gpu)"
-    docker: Any = None  # tests.container.dockerkit.Containers in docker mode
+    docker: Any = None  # harness.docker.Containers in docker mode
     device_request: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -198,7 +198,8 @@ def docker_place() -> GpuPlace:
         import docker.errors  # noqa: PLC0415
         import docker.types  # noqa: PLC0415
 
-        from tests.container.dockerkit import Containers, build_image  # noqa: PLC0415
+        from harness.docker import Containers  # noqa: PLC0415
+        from harness.images import build_image  # noqa: PLC0415
     except ImportError as err:
         pytest.skip(f"no importable tensorflow, and no docker SDK for the image ({err})")
     try:

@@ -48,7 +48,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

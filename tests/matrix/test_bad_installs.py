@@ -16,7 +16,7 @@ from typing import Any
 import docker
 import pytest
 
-from tests.container.dockerkit import Containers
+from harness.docker import Containers
 from tests.matrix.conftest import (
     CELLS,
     HERE,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.container.dockerkit import Containers, Ran
+from harness.docker import Containers, Ran
 from tests.matrix.conftest import Cell
 
 ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}

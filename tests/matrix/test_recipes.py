@@ -15,7 +15,8 @@ from typing import Any
 import docker
 import pytest
 
-from tests.container.dockerkit import Containers, build_image
+from harness.docker import Containers
+from harness.images import build_image
 from tests.matrix.conftest import (
     CELLS,
     HERE,

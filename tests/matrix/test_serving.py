@@ -33,7 +33,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
-from tests.container.dockerkit import Containers, poll, remove, wait
+from harness.docker import Containers, poll, remove, wait
 from tests.container.test_saved_model_loading import assert_keras_ways
 from tests.matrix.conftest import (
     CELLS,

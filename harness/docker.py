@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -27,24 +25,6 @@ class Ran:
     exit_code: int
     stdout: str
     stderr: str
-
-
-def build_image(flavor: str) -> str:
-    """Build tf-entrypoint:FLAVOR the way `make image-FLAVOR` does; return the tag.
-
-    $TF_ENTRYPOINT_TEST_REPOSITORY names another repository for the tag (e.g.
-    `tf-entrypoint-wip`), so two checkouts can test on one engine without
-    replacing each other's images; the layer cache is shared all the same.
-    """
-    repository = os.environ.get("TF_ENTRYPOINT_TEST_REPOSITORY", "").strip() or "tf-entrypoint"
-    tag = f"{repository}:{flavor}"
-    subprocess.run(
-        [str(REPO / "scripts" / "build-image"), flavor],
-        cwd=REPO,
-        check=True,
-        env={**os.environ, "TAG": tag},
-    )
-    return tag
 
 
 class Containers:
