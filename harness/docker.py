@@ -15,7 +15,7 @@ import docker.errors
 import requests.exceptions
 from docker.models.containers import Container
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 #: Label on every container the tests start, so `make prune` can find leftovers.
 TEST_LABEL = "tf-entrypoint.test"
 

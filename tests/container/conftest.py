@@ -25,6 +25,7 @@ CI from 24 to 57 minutes.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -32,6 +33,8 @@ import pytest
 
 from harness.docker import Containers
 from harness.images import build_image
+from harness.models import ModelLibrary, library
+from harness.servers import ServerPool
 
 ALL_FLAVORS = ["cpu", "gpu"]
 
@@ -92,3 +95,20 @@ def image(flavor: str, docker_client: docker.DockerClient) -> str:
 @pytest.fixture(scope="session")
 def containers(docker_client: docker.DockerClient, image: str) -> Containers:
     return Containers(docker_client, image)
+
+
+@pytest.fixture(scope="session")
+def model_library(docker_client: docker.DockerClient) -> ModelLibrary:
+    """Every test model, exported once (by the CPU image, whose TensorFlow the CUDA image
+    shares) and cached across runs: harness/models.py."""
+    return library(build_image("cpu" if "cpu" in FLAVORS else FLAVORS[0]))
+
+
+@pytest.fixture(scope="session")
+def servers(
+    containers: Containers, model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerPool]:
+    """The session's servers of this flavor's image, shared by spec (harness/servers.py)."""
+    pool = ServerPool(containers, model_library, tmp_path_factory.mktemp("servers"))
+    yield pool
+    pool.close()

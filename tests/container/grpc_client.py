@@ -1,6 +1,7 @@
 """A TF Serving gRPC client for the container tests: runs in the image, prints JSON.
 
     python grpc_client.py ADDRESS [OPERATIONS_JSON]   (else read from stdin)
+    python grpc_client.py --listen SOCKET             (calls over a UNIX socket: listen())
 
 The client is TF Serving's own: `tensorflow-serving-api`'s stubs and
 TensorFlow's make_tensor_proto/make_ndarray, as a program written for TF
@@ -70,6 +71,7 @@ import collections
 import concurrent.futures
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -759,10 +761,47 @@ OPERATIONS = {
 }
 
 
+def run_operations(address: str, operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operations in order on a new channel to `address` (closed after)."""
+    stubs = Stubs(address)
+    try:
+        return [OPERATIONS[op["op"]](stubs, op) for op in operations]
+    finally:
+        stubs.channel.close()
+
+
+def listen(path: str) -> int:
+    """Answer calls on the UNIX socket `path` until killed: each connection sends one
+    JSON line {"address", "ops"} and reads one JSON line back, the results or
+    {"error": traceback}. One process for every call of a test session saves each
+    call the start of a container and of TensorFlow (harness/clients.py)."""
+    import socketserver  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            call = json.loads(self.rfile.readline())
+            try:
+                answer: Any = run_operations(call["address"], call["ops"])
+            except Exception:  # noqa: BLE001  # the test reports it, with the traceback
+                answer = {"error": traceback.format_exc()}
+            self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+    class Server(socketserver.ThreadingUnixStreamServer):
+        daemon_threads = True
+
+    with Server(path, Handler) as server:
+        os.chmod(path, 0o777)  # noqa: S103  # the tests connect as another user
+        print("listening", flush=True)
+        server.serve_forever()
+    return 0
+
+
 def main() -> int:
-    stubs = Stubs(sys.argv[1])
+    if sys.argv[1] == "--listen":
+        return listen(sys.argv[2])
     operations = json.loads(sys.argv[2]) if len(sys.argv) > 2 else json.load(sys.stdin)
-    print(json.dumps([OPERATIONS[op["op"]](stubs, op) for op in operations]))
+    print(json.dumps(run_operations(sys.argv[1], operations)))
     return 0
 
 

@@ -10,7 +10,6 @@ inputs, not read from the server; errors are TF Serving's messages.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from harness.docker import Containers
+from tests.container.examples import BODY, f32
 from tests.container.test_serving_versions import Server, serving
 
 #: The images this module tests (tests/container/conftest.py): the server is
@@ -62,12 +62,6 @@ def export_classify_regress(
     return root / MODEL
 
 
-def f32(value: float) -> float:
-    """`value` rounded to float32 (TensorFlow's arithmetic here is float32, step by step)."""
-    rounded: float = struct.unpack("<f", struct.pack("<f", value))[0]
-    return rounded
-
-
 @pytest.fixture(scope="module")
 def server(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     models = tmp_path_factory.mktemp("classify")
@@ -92,7 +86,6 @@ def error(server: Server, path: str, body: dict[str, Any]) -> str:
 # Three examples: y from the context, y of its own (which wins), y from the context.
 XS = [0.1, 1.5, -2.25]
 YS = [0.2, 3.0, 0.2]
-BODY = {"context": {"y": 0.2}, "examples": [{"x": 0.1}, {"x": 1.5, "y": 3.0}, {"x": -2.25}]}
 
 
 def test_warmup_records_for_classify_regress_and_multi_inference_are_replayed(

@@ -32,8 +32,9 @@ import pytest
 from docker.models.containers import Container
 
 from harness.docker import Containers, metric_value, poll, remove, wait
+from tests.container.examples import f32
 from tests.container.gates import Gate
-from tests.container.test_classify_regress import export_classify_regress, f32
+from tests.container.test_classify_regress import export_classify_regress
 from tests.tf_text import NODE, NOT_A_MATRIX, tf_text
 
 #: The images this module tests (tests/container/conftest.py): the server is

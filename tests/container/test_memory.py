@@ -34,8 +34,9 @@ import pytest
 from docker.models.containers import Container
 
 from harness.docker import Containers, poll, wait
+from tests.container.examples import BODY
 from tests.container.gates import OPEN, Gate
-from tests.container.test_classify_regress import BODY, export_classify_regress
+from tests.container.test_classify_regress import export_classify_regress
 from tests.container.test_grpc import Server, serving
 
 HERE = Path(__file__).resolve().parent
