@@ -5,6 +5,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# checkov (tests/deploy) and the Open Inference Protocol clients pin libraries
+# the dev venv cannot share: their own venvs.
+SECURITY_VENV ?= .venv-security
+CLIENTS_VENV  ?= .venv-clients
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k cpu -x"`.
 PYTEST_ARGS ?=
 
@@ -47,15 +51,24 @@ lint: venv ## ruff, mypy (strict for entrypoint/), hadolint
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile.* docs/own-image/Dockerfile.* tests/matrix/*.Dockerfile
 
+# pytest-xdist workers for the tiers (the unit tier is CPU-bound: one per core).
+CHECK_WORKERS ?= auto
+
 .PHONY: unit
 unit: venv ## the tests that need no Docker engine
-	$(BIN)/pytest -m "not container" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not container" -n $(CHECK_WORKERS) $(PYTEST_ARGS)
+
+.PHONY: check
+check: lint $(SECURITY_VENV)/bin/checkov ## the fast tier, no Docker: lint, unit tests, offline deploy checks (under 5 minutes)
+	$(BIN)/pytest -m "not container" -n $(CHECK_WORKERS) -q $(PYTEST_ARGS)
+
+.PHONY: images
+images: ## build every image flavor at once (logs in build/images/); make test does this before its container tier
+	$(BIN)/python -m harness.images
 
 .PHONY: matrix
 matrix: venv ## the version matrix alone, Ubuntu 22.04 cells included (needs Ubuntu's archive; tests/matrix)
 	TF_ENTRYPOINT_MATRIX_UBUNTU=1 $(BIN)/pytest tests/matrix $(PYTEST_ARGS)
-
-SECURITY_VENV ?= .venv-security
 
 $(SECURITY_VENV)/bin/checkov: requirements/security.lock
 	$(PYTHON) -m venv $(SECURITY_VENV)
@@ -68,8 +81,6 @@ security: venv $(SECURITY_VENV)/bin/checkov ## validate deploy/kubernetes and de
 
 # tritonclient and kserve (tests/container/test_v2_clients.py runs them as subprocesses):
 # their own venv, as they pin a protobuf older than the dev venv's.
-CLIENTS_VENV ?= .venv-clients
-
 $(CLIENTS_VENV)/bin/python: requirements/clients.lock
 	$(PYTHON) -m venv $(CLIENTS_VENV)
 	$(CLIENTS_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/clients.lock
@@ -79,8 +90,10 @@ $(CLIENTS_VENV)/bin/python: requirements/clients.lock
 clients: $(CLIENTS_VENV)/bin/python ## create .venv-clients with the Open Inference Protocol clients (tritonclient, kserve)
 
 .PHONY: test
-test: lint $(SECURITY_VENV)/bin/checkov $(CLIENTS_VENV)/bin/python ## everything: lint, build the images, all tests
-	TF_ENTRYPOINT_CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python $(BIN)/pytest $(PYTEST_ARGS)
+test: ## everything, in tiers: check, images (built meanwhile), the container tests in parallel (harness/tiers.py)
+	$(MAKE) --no-print-directory -j3 $(BIN)/pytest $(SECURITY_VENV)/bin/checkov $(CLIENTS_VENV)/bin/python
+	TF_ENTRYPOINT_CLIENTS_PYTHON=$(CLIENTS_VENV)/bin/python PYTEST_ARGS="$(PYTEST_ARGS)" \
+		$(BIN)/python -m harness.tiers
 
 .PHONY: run
 run: image-cpu ## run the main job (see README)
