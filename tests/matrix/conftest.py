@@ -35,6 +35,7 @@ entrypoint).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -42,6 +43,7 @@ import subprocess
 import tempfile
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,8 +154,23 @@ def have_image(tag: str) -> bool:
     return found.returncode == 0
 
 
+@contextmanager
+def building(tag: str) -> Iterator[None]:
+    """Hold the build of `tag` for this process: pytest-xdist workers that need one
+    image at once build it once (the second finds the layer cache full)."""
+    name = "".join(c if c.isalnum() else "-" for c in tag)
+    with (Path(tempfile.gettempdir()) / f"tf-entrypoint-build-{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def docker_build(context: Path, tag: str, dockerfile: str = "Dockerfile", **args: str) -> str:
     """`docker build -q` (legacy builder or BuildKit alike); fails the test with the log."""
+    with building(tag):
+        return _docker_build(context, tag, dockerfile, **args)
+
+
+def _docker_build(context: Path, tag: str, dockerfile: str, **args: str) -> str:
     command = ["docker", "build", "-q", "-f", str(context / dockerfile), "-t", tag]
     for key, value in args.items():
         command += ["--build-arg", f"{key}={value}"]
@@ -185,8 +202,13 @@ def base_image(kind: str) -> str:
     that is tested.
     """
     airgap = BOOKWORM_AIRGAP if kind == "bookworm" else JAMMY_AIRGAP
-    if have_image(airgap):
-        return airgap
+    with building(airgap):
+        if not have_image(airgap):
+            _build_base(kind, airgap)
+    return airgap
+
+
+def _build_base(kind: str, airgap: str) -> None:
     ca = os.environ.get("EXTRA_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
     command = [str(REPO / "scripts" / "build-base-image"), "--tag", airgap]
     if ca and Path(ca).is_file():
@@ -197,7 +219,6 @@ def base_image(kind: str) -> str:
             command += ["--suite", "jammy", "--mirror", UBUNTU_MIRROR]
             command += ["--components", "main,universe", "--keyring", str(keyring)]
         subprocess.run(command, check=True, timeout=1800)
-    return airgap
 
 
 def tensorflow_image(cell: Cell, tmp: Path) -> str:
