@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "entrypoint" / "tf_entrypoint"
 SERVING = PACKAGE / "serving"
 PREFIX = "tf_entrypoint.serving"

@@ -16,7 +16,7 @@ import pytest
 
 from tf_entrypoint import _pth, handoff, hook
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(

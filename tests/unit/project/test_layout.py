@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tf_entrypoint import hook
 
-PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint" / "tf_entrypoint"
+PACKAGE = Path(__file__).resolve().parents[3] / "entrypoint" / "tf_entrypoint"
 #: The package's import name (its folder is entrypoint/tf_entrypoint/).
 NAME = hook.__package__ or ""
 

@@ -10,7 +10,7 @@ import pytest
 from tf_entrypoint.problems import EXIT_CANNOT_EXECUTE, EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_USAGE
 from tf_entrypoint.settings import TABLE, Variable
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
 #: The command line and its exit codes (they were the README's).
 CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()

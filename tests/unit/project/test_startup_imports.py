@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: Never on the hand-off path: dataclasses imports inspect (and ast, dis,
 #: tokenize...) and execs every method; together with our classes that was most
