@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.object_stores import Emulator, put_files, put_raw, running, stored_keys
-from tests.unit.test_serving_lifecycle import Fake, sample, served, states
+from tests.unit.serving.core.manager_helpers import Fake, sample, served, states
 from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.core import object_store as store
 from tf_entrypoint.serving.core import repository, store_rules

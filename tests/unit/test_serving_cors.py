@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tests.unit.serving.helpers import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.rest.asgi import RestApp
 from tf_entrypoint.serving.rest.cors import CorsRestApp
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tests.unit.serving.helpers import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.deadlines import (
     QUEUED_TOO_LONG,

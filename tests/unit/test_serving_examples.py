@@ -1,6 +1,6 @@
 """Classify and Regress without TensorFlow: tf.Example from JSON, Input protos, the checks.
 
-Serialized examples are decoded by protobuf itself (tests/unit/example_protos.py,
+Serialized examples are decoded by protobuf itself (tests/unit/serving/example_protos.py,
 classes built from descriptors of TensorFlow's .proto files), not by the code
 under test.
 """
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit import example_protos as ep
+from tests.unit.serving import example_protos as ep
 from tf_entrypoint.serving.codec import example_proto, json_examples, json_values
 from tf_entrypoint.serving.core import inference, limits
 from tf_entrypoint.serving.core import types as p

@@ -27,7 +27,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from tests.unit.test_serving_v2_grpc import Server, _serve, _x_input, run
+from tests.unit.serving.grpc.v2_server import Server, run, serve, x_input
 from tf_entrypoint.serving.codec import v2_proto as pb
 from tf_entrypoint.serving.core import admission
 from tf_entrypoint.serving.core.admission import InferencePool
@@ -64,7 +64,7 @@ async def _outcome(call: Any) -> tuple[str, str]:
 async def _infer_until_admitted(server: Server, within: float) -> tuple[str, float]:
     """ModelInfer retried while the server is at capacity: its code and when it came."""
     request = pb.ModelInferRequest(model_name="model")
-    _x_input(request, raw=True)
+    x_input(request, raw=True)
     started = time.monotonic()
     while True:
         try:
@@ -113,7 +113,7 @@ async def _stalled_streams(tmp_path: Path) -> None:
     The bounds are generous (the timeout plus 8 s) and say only that the
     places come back; before the fix they never did while the client stayed.
     """
-    async for server in _serve(tmp_path, "--max-queue", "2", "--request-timeout", "1"):
+    async for server in serve(tmp_path, "--max-queue", "2", "--request-timeout", "1"):
         stalled = [_stalled(server) for _ in range(4)]
         await _wait_admitted(server, 2)
         code, seconds = await _infer_until_admitted(server, within=9)
@@ -136,7 +136,7 @@ def test_a_newcomer_takes_the_place_of_a_stalled_call(
     monkeypatch.setattr(admission, "EVICTABLE_AFTER", 0.0)
 
     async def body() -> None:
-        async for server in _serve(tmp_path, "--max-queue", "2", "--request-timeout", "60"):
+        async for server in serve(tmp_path, "--max-queue", "2", "--request-timeout", "60"):
             first = _stalled(server)
             await _wait_admitted(server, 1)
             second = _stalled(server)
@@ -187,7 +187,7 @@ def test_eviction_passes_the_place_on_and_only_after_the_wait() -> None:
 
 @run
 async def test_a_stalled_stream_ends_at_the_client_s_shorter_deadline(tmp_path: Path) -> None:
-    async for server in _serve(tmp_path, "--max-queue", "1", "--request-timeout", "60"):
+    async for server in serve(tmp_path, "--max-queue", "1", "--request-timeout", "60"):
         call = _stalled(server, timeout=0.5)
         code, _ = await asyncio.wait_for(_outcome(call), 10)
         assert code == "DEADLINE_EXCEEDED"

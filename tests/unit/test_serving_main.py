@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_serving_app import config
+from tests.unit.serving.helpers import config
 from tf_entrypoint.serving import main
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 The faults themselves (a container killed for memory) are in
 tests/container/test_memory.py; these tests check the rules one by one, on a
-pure-Python model (tests/unit/test_serving_app.py's HalfPlusTwo).
+pure-Python model (tests/unit/serving/helpers.py's HalfPlusTwo).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
+from tests.unit.serving.helpers import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving.codec import json_tensor, json_values
 from tf_entrypoint.serving.core import limits
 from tf_entrypoint.serving.core import types as p

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from tests.unit.test_serving_app import HalfPlusTwo, config, export, make_app, wait_ready
-from tests.unit.test_serving_lifecycle import Fake, Loader, manager_for, spec
-from tests.unit.test_serving_lifecycle import export as export_version
+from tests.unit.serving.core.manager_helpers import Fake, Loader, manager_for, spec
+from tests.unit.serving.core.manager_helpers import export as export_version
+from tests.unit.serving.helpers import HalfPlusTwo, config, export, make_app, wait_ready
 from tf_entrypoint.serving import main as server
 from tf_entrypoint.serving.config import monitoring_config
 from tf_entrypoint.serving.config.model_config import ConfigError

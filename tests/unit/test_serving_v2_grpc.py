@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,81 +20,12 @@ import grpc
 import pytest
 from grpc import aio
 
-from tests.unit.test_serving_app import config, export
-from tests.unit.test_serving_v2_rest import NOT_PREDICT, Awkward, Mixed
+from tests.unit.serving.grpc.v2_server import Server, run, with_server, x_input
+from tests.unit.serving.v2_models import NOT_PREDICT, Awkward
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.codec import v2_proto as pb
-from tf_entrypoint.serving.core.serving_core import ServingCore
-from tf_entrypoint.serving.grpc.calls import Calls, CheckingServer
-from tf_entrypoint.serving.grpc.inference_v2 import InferenceService, add_inference_service
-from tf_entrypoint.serving.main import build_core
 
 Call = Callable[[str, Any], Awaitable[Any]]
-
-
-class Server:
-    def __init__(self, core: ServingCore, channel: aio.Channel) -> None:
-        self.core = core
-        self.channel = channel
-
-    async def call(self, method: str, request: Any) -> Any:
-        response_class = {name: response for name, _, response in pb.METHODS}[method]
-        stub = self.channel.unary_unary(
-            f"/{pb.SERVICE}/{method}",
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=response_class.FromString,
-        )
-        return await stub(request, timeout=10)
-
-
-async def _serve(
-    tmp_path: Path, *args: str, servable: Callable[[], Mixed] = Mixed
-) -> AsyncIterator[Server]:
-    export(tmp_path)
-    conf = config(tmp_path, *args)
-    core = build_core(conf, loader=lambda directory, version: servable())
-    calls = Calls(core, conf)
-    server = aio.server()
-    services = CheckingServer(server, lambda method, code, started: None)
-    add_inference_service(InferenceService(calls), services)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    core.start()
-    deadline = time.monotonic() + 10
-    while core.manager.readiness()[0] and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    try:
-        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            yield Server(core, channel)
-    finally:
-        await server.stop(0)
-        core.close()
-
-
-def run(coroutine: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    """A test body run on its own event loop (no asyncio plugin in this suite)."""
-
-    def test(tmp_path: Path) -> None:
-        asyncio.run(coroutine(tmp_path))
-
-    test.__name__ = coroutine.__name__
-    test.__doc__ = coroutine.__doc__
-    return test
-
-
-async def _with_server(
-    tmp_path: Path, body: Callable[[Server], Awaitable[None]], servable: Callable[[], Mixed] = Mixed
-) -> None:
-    async for server in _serve(tmp_path, servable=servable):
-        await body(server)
-
-
-def _x_input(request: Any, raw: bool) -> None:
-    x = request.inputs.add(name="x", datatype="FP32", shape=[2, 2])
-    if raw:
-        request.raw_input_contents.append(struct.pack("<4f", 1, 2, 3, 4.5))
-    else:
-        x.contents.fp32_contents.extend([1, 2, 3, 4.5])
 
 
 @run
@@ -127,7 +57,7 @@ async def test_health_and_metadata(tmp_path: Path) -> None:
             ("twice", "FP32", [-1, 2]),
         ]
 
-    await _with_server(tmp_path, body)
+    await with_server(tmp_path, body)
 
 
 @run
@@ -135,7 +65,7 @@ async def test_model_infer_typed_or_raw_answers_raw(tmp_path: Path) -> None:
     async def body(server: Server) -> None:
         for raw in (False, True):
             request = pb.ModelInferRequest(model_name="model", id=f"call-{raw}")
-            _x_input(request, raw)
+            x_input(request, raw)
             response = await server.call("ModelInfer", request)
             assert (response.model_name, response.model_version, response.id) == (
                 "model",
@@ -149,7 +79,7 @@ async def test_model_infer_typed_or_raw_answers_raw(tmp_path: Path) -> None:
             assert struct.unpack("<2f", response.raw_output_contents[0]) == (3.0, 7.5)
             assert struct.unpack("<4f", response.raw_output_contents[1]) == (2, 4, 6, 9)
 
-    await _with_server(tmp_path, body)
+    await with_server(tmp_path, body)
 
 
 @run
@@ -166,7 +96,7 @@ async def test_requested_outputs_and_the_signature_parameter(tmp_path: Path) -> 
         ]
         assert response.raw_output_contents[0] == b"\x02\x00\x00\x00AB\x03\x00\x00\x00XYZ"
 
-    await _with_server(tmp_path, body)
+    await with_server(tmp_path, body)
 
 
 async def _code(server: Server, request: Any) -> tuple[grpc.StatusCode, str]:
@@ -180,7 +110,7 @@ async def test_bad_requests_get_clear_errors(tmp_path: Path) -> None:
     async def body(server: Server) -> None:
         def request(**fields: Any) -> Any:
             made = pb.ModelInferRequest(model_name="model", **fields)
-            _x_input(made, raw=False)
+            x_input(made, raw=False)
             return made
 
         invalid = grpc.StatusCode.INVALID_ARGUMENT
@@ -219,14 +149,14 @@ async def test_bad_requests_get_clear_errors(tmp_path: Path) -> None:
             await server.call("ModelReady", unknown)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
-    await _with_server(tmp_path, body)
+    await with_server(tmp_path, body)
 
 
 @run
 async def test_calls_are_counted_with_protocol_v2(tmp_path: Path) -> None:
     async def body(server: Server) -> None:
         request = pb.ModelInferRequest(model_name="model")
-        _x_input(request, raw=True)
+        x_input(request, raw=True)
         await server.call("ModelInfer", request)
         await server.call("ServerLive", pb.ServerLiveRequest())
         page = server.core.metrics.exposition().decode()
@@ -237,7 +167,7 @@ async def test_calls_are_counted_with_protocol_v2(tmp_path: Path) -> None:
         live = 'serving_grpc_requests_total{code="OK",method="ServerLive",model="",protocol="v2"}'
         assert f"{live} 1.0" in page
 
-    await _with_server(tmp_path, body)
+    await with_server(tmp_path, body)
 
 
 @run
@@ -245,13 +175,13 @@ async def test_a_signature_that_cannot_predict_is_invalid_argument(tmp_path: Pat
     async def body(server: Server) -> None:
         request = pb.ModelInferRequest(model_name="model")
         pb.set_parameter(request.parameters, "signature_name", "__saved_model_init_op")
-        _x_input(request, raw=False)
+        x_input(request, raw=False)
         code, details = await _code(server, request)
         assert code == grpc.StatusCode.INVALID_ARGUMENT, details
         assert details.endswith(NOT_PREDICT), details
         assert "__saved_model_init_op" in details
 
-    await _with_server(tmp_path, body, Awkward)
+    await with_server(tmp_path, body, Awkward)
 
 
 @run
@@ -265,7 +195,7 @@ async def test_an_output_the_protocol_cannot_carry_is_invalid_argument(tmp_path:
     async def body(server: Server) -> None:
         request = pb.ModelInferRequest(model_name="model")
         pb.set_parameter(request.parameters, "signature_name", "complex")
-        _x_input(request, raw=True)
+        x_input(request, raw=True)
         code, details = await _code(server, request)
         assert code == grpc.StatusCode.INVALID_ARGUMENT, details
         assert "output 'z'" in details
@@ -275,7 +205,7 @@ async def test_an_output_the_protocol_cannot_carry_is_invalid_argument(tmp_path:
         response = await server.call("ModelInfer", request)
         assert struct.unpack("<2f", response.raw_output_contents[0]) == (3.0, 7.5)
 
-    await _with_server(tmp_path, body, servable)
+    await with_server(tmp_path, body, servable)
 
 
 def test_a_server_fault_is_logged_with_its_traceback(
@@ -284,12 +214,12 @@ def test_a_server_fault_is_logged_with_its_traceback(
     async def body(server: Server) -> None:
         request = pb.ModelInferRequest(model_name="model")
         pb.set_parameter(request.parameters, "signature_name", "broken")
-        _x_input(request, raw=False)
+        x_input(request, raw=False)
         code, details = await _code(server, request)
         assert (code, details) == (grpc.StatusCode.INTERNAL, "the kernel broke")
 
     with caplog.at_level(logging.ERROR, logger="tf_entrypoint.serving"):
-        asyncio.run(_with_server(tmp_path, body, Awkward))
+        asyncio.run(with_server(tmp_path, body, Awkward))
     faults = [r for r in caplog.records if "the kernel broke" in r.getMessage()]
     assert len(faults) == 1, [r.getMessage() for r in caplog.records]
     assert faults[0].exc_info

@@ -17,56 +17,12 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit.fake_servable import FakeServable
-from tests.unit.test_serving_app import config, export, make_app, serving, wait_ready
+from tests.unit.serving.helpers import config, export, make_app, serving, wait_ready
+from tests.unit.serving.v2_models import NOT_PREDICT, Awkward, Mixed
 from tf_entrypoint import __version__
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.errors import Code, ServingError
 
-F32 = p.TensorSpec("DT_FLOAT", (-1, 2), "x:0")
-I64 = p.TensorSpec("DT_INT64", (-1,), "n:0")
-STR = p.TensorSpec("DT_STRING", (-1,), "s:0")
 HEADER = "Inference-Header-Content-Length"
-
-
-class Mixed(FakeServable):
-    """serving_default: x (FP32 [-1,2]) -> sum (FP32 [-1]), twice (FP32 [-1,2]);
-    "words": s (BYTES) -> upper (BYTES), n (INT64) -> length (INT64)."""
-
-    version = 1
-    signatures: Mapping[str, p.Signature] = {
-        "serving_default": p.Signature(
-            {"x": F32},
-            {"sum": p.TensorSpec("DT_FLOAT", (-1,)), "twice": p.TensorSpec("DT_FLOAT", (-1, 2))},
-        ),
-        "words": p.Signature({"s": STR}, {"upper": STR, "length": I64}),
-    }
-
-    def run(
-        self,
-        name: str,
-        inputs: Mapping[str, p.Tensor],
-        outputs: Sequence[str],
-        *,
-        batch: bool = False,
-    ) -> dict[str, p.Tensor]:
-        if name == "words":
-            words = list(inputs["s"].values)
-            found = {
-                "upper": p.Tensor("DT_STRING", (len(words),), [w.upper() for w in words]),
-                "length": p.Tensor("DT_INT64", (len(words),), [len(w) for w in words]),
-            }
-        else:
-            x = inputs["x"]
-            values = [float(v) for v in x.values]
-            rows = x.shape[0]
-            found = {
-                "sum": p.Tensor(
-                    "DT_FLOAT", (rows,), [values[2 * i] + values[2 * i + 1] for i in range(rows)]
-                ),
-                "twice": p.Tensor("DT_FLOAT", x.shape, [2 * v for v in values]),
-            }
-        return {name: found[name] for name in outputs}
 
 
 @pytest.fixture
@@ -373,49 +329,6 @@ def test_without_serving_default_the_first_runnable_signature_answers(tmp_path: 
         words = {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["a"]}
         named = {"parameters": {"signature_name": "words"}, "inputs": [words]}
         assert infer(client, named)["outputs"][1]["data"] == ["A"]  # type: ignore[index]
-
-
-class Awkward(Mixed):
-    """Mixed, plus what a real export adds: an init op's SignatureDef that the bundle can
-    run (a Session runs any SignatureDef) but whose method is none, as TF2 writes it; a
-    signature with a COMPLEX64 output; "broken", whose run fails with INTERNAL."""
-
-    signatures: Mapping[str, p.Signature] = {
-        **Mixed.signatures,
-        "__saved_model_init_op": p.Signature(
-            {}, {"__saved_model_init_op": p.TensorSpec("DT_INVALID", ())}, method_name=""
-        ),
-        "complex": p.Signature({"x": F32}, {"z": p.TensorSpec("DT_COMPLEX64", (-1,)), "sum": F32}),
-        "broken": Mixed.signatures["serving_default"],
-    }
-    #: The signatures run, by name (the complex one must not run unless it is filtered).
-    ran: list[str]
-
-    def __init__(self) -> None:
-        self.ran = []
-
-    def run(
-        self,
-        name: str,
-        inputs: Mapping[str, p.Tensor],
-        outputs: Sequence[str],
-        *,
-        batch: bool = False,
-    ) -> dict[str, p.Tensor]:
-        self.ran.append(name)
-        if name == "broken":
-            raise ServingError(Code.INTERNAL, "the kernel broke")
-        if name == "complex":
-            assert "z" not in outputs, "a COMPLEX64 output was computed for v2"
-            return {"sum": super().run("serving_default", inputs, ["sum"])["sum"]}
-        return super().run(name, inputs, outputs)
-
-
-#: TF Serving's words for a signature a Predict cannot run (predict_util.cc).
-NOT_PREDICT = (
-    "Expected prediction signature method_name to be one of {tensorflow/serving/predict, "
-    "tensorflow/serving/classify, tensorflow/serving/regress}. Was: "
-)
 
 
 def test_a_signature_that_cannot_predict_is_a_400_in_tf_serving_s_words(tmp_path: Path) -> None:

@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import pytest
 from starlette.testclient import TestClient
 
-from tests.unit import example_protos
-from tests.unit.fake_servable import FakeServable
-from tests.unit.test_serving_app import HalfPlusTwo, serving
+from tests.unit.serving import example_protos
+from tests.unit.serving.fake_servable import FakeServable
+from tests.unit.serving.helpers import HalfPlusTwo, serving
 from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
