@@ -21,8 +21,8 @@ import pytest
 
 from tf_entrypoint.serving.codec import v2_proto as v2
 
-REPO = Path(__file__).resolve().parents[2]
-WIRE = Path(__file__).resolve().parent / "data" / "v2_wire"
+REPO = Path(__file__).resolve().parents[4]
+WIRE = Path(__file__).resolve().parents[2] / "data" / "v2_wire"
 FIELDS = json.loads((WIRE / "fields.json").read_text())
 
 

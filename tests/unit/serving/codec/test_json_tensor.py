@@ -1,4 +1,4 @@
-"""TF Serving's REST protocol without TensorFlow: parsing, validation, answers."""
+"""TF Serving's REST predict, no TensorFlow (codec/json_tensor.py): parsing, validation, answers."""
 
 from __future__ import annotations
 
@@ -339,31 +339,6 @@ def test_nest_with_empty_dimensions() -> None:
     assert json_tensor.nest([], (2, 0)) == [[], []]
     assert json_tensor.nest([], (0, 3)) == []
     assert json_tensor.nest([5], ()) == 5
-
-
-def test_status_and_metadata_bodies() -> None:
-    assert p.status_body([p.VersionStatus(1, "AVAILABLE")]) == {
-        "model_version_status": [
-            {
-                "version": "1",
-                "state": "AVAILABLE",
-                "status": {"error_code": "OK", "error_message": ""},
-            }
-        ]
-    }
-    defs = p.signature_def_map_json({"serving_default": HALF_PLUS_TWO})["signature_def"]
-    sig = defs["serving_default"]
-    assert list(sig) == ["inputs", "outputs", "method_name", "defaults"]
-    assert sig["method_name"] == "tensorflow/serving/predict"
-    assert sig["defaults"] == {}
-    assert sig["inputs"]["x"] == {
-        "name": "serving_default_x:0",
-        "dtype": "DT_FLOAT",
-        "tensor_shape": {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False},
-    }
-    assert list(sig["inputs"]["x"]) == ["name", "dtype", "tensor_shape"]
-    unknown = p.tensor_info(p.TensorSpec("DT_STRING", None))
-    assert unknown["tensor_shape"] == {"dim": [], "unknown_rank": True}
 
 
 _DIMS = st.lists(st.integers(min_value=0, max_value=3), max_size=3)
