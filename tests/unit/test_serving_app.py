@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,6 @@ from tests.unit.serving.helpers import (
     wait_ready,
 )
 from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
-from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.errors import Code, ServingError
-from tf_entrypoint.serving.core.metrics import Metrics
-from tf_entrypoint.serving.rest.errors import Answer, error_answer, http_status
 
 
 @pytest.fixture
@@ -278,105 +273,6 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
 # -- the worker pool
 
 
-def run_pool(
-    pool: InferencePool, jobs: list[Callable[[], Answer]], timeout: float
-) -> list[Answer | ServingError]:
-    async def one(job: Callable[[], Answer]) -> Answer | ServingError:
-        try:
-            return await pool.run(job, timeout)
-        except ServingError as err:
-            return err
-
-    async def all_of_them() -> list[Answer | ServingError]:
-        return list(await asyncio.gather(*(one(job) for job in jobs)))
-
-    try:
-        return asyncio.run(all_of_them())
-    finally:
-        pool.shutdown()
-
-
-def test_pool_admits_at_most_max_queue() -> None:
-    release = threading.Event()
-
-    def job() -> Answer:
-        release.wait(30)  # held until the test has seen the refusals
-        return Answer(200, b"{}", {})
-
-    async def status(call: Awaitable[Answer]) -> int:
-        try:
-            return (await call).status
-        except ServingError as err:
-            return http_status(err)
-
-    async def main(pool: InferencePool) -> list[int]:
-        # Admission is decided as each call starts, in order: three in, two refused.
-        calls = [asyncio.create_task(status(pool.run(job, 10))) for _ in range(5)]
-        while sum(call.done() for call in calls) < 2:
-            await asyncio.sleep(0.001)
-        release.set()
-        return [await call for call in calls]
-
-    pool = InferencePool(workers=2, max_queue=3, metrics=Metrics())
-    try:
-        statuses = asyncio.run(main(pool))
-    finally:
-        release.set()
-        pool.shutdown()
-    assert statuses == [200, 200, 200, 503, 503]
-    assert pool.admitted == 0
-
-
-def test_pool_times_out_with_504() -> None:
-    release = threading.Event()
-
-    def slow() -> Answer:
-        release.wait(30)  # held until the test has both answers: it outlives the timeout
-        return Answer(200, b"{}", {})
-
-    pool = InferencePool(workers=1, max_queue=10, metrics=Metrics())
-    try:
-        results = run_pool(pool, [slow, slow], timeout=0.1)
-    finally:
-        release.set()
-    assert all(isinstance(r, ServingError) and "timed out" in r.message for r in results)
-    assert [http_status(r) for r in results if isinstance(r, ServingError)] == [504, 504]
-
-
-def test_pool_never_blocks_the_event_loop() -> None:
-    # The job holds its worker until the event loop has ticked 10 times after
-    # it started. Were the job run on the loop's thread (or the loop blocked
-    # until it ended), neither could go on: the job's wait would run out and
-    # it would answer 500 (a bound on failure only, never waited for).
-    started, release = threading.Event(), threading.Event()
-    ticks: list[bool] = []  # per tick: was the job still running?
-
-    def busy() -> Answer:
-        started.set()
-        if not release.wait(30):
-            return Answer(500, b"the event loop never ticked while the job ran", {})
-        return Answer(200, b"", {})
-
-    async def main() -> Answer:
-        pool = InferencePool(workers=1, max_queue=4, metrics=Metrics())
-
-        async def ticker() -> None:
-            while not started.is_set():
-                await asyncio.sleep(0.001)
-            for _ in range(10):
-                ticks.append(started.is_set() and not release.is_set())
-                await asyncio.sleep(0.001)
-            release.set()
-
-        answer, _ = await asyncio.gather(pool.run(busy, 60), ticker())
-        pool.shutdown()
-        return answer
-
-    answer = asyncio.run(main())
-    assert (answer.status, answer.body) == (200, b"")
-    assert ticks == [True] * 10  # ten ticks of the loop while the job held its worker
-
-
 def only_model(conf: ServeConfig) -> tuple[str, str]:
     (model,) = conf.models.models
     return model.name, str(model.base_path)
@@ -486,70 +382,6 @@ def test_classify_and_regress_errors(
     response = client.post(path, json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]
-
-
-def test_canonical_codes_are_numbered_as_grpcs() -> None:
-    import grpc  # noqa: PLC0415
-
-    by_number = sorted(grpc.StatusCode, key=lambda code: code.value[0])
-    assert [(code.name, code.value[0]) for code in by_number] == [(c.name, c.value) for c in Code]
-    assert [Code.of(code.value[0]).name for code in by_number] == [c.name for c in Code]
-    assert Code.of(99) is Code.UNKNOWN
-    # Each code TF Serving maps to an HTTP status keeps that status (and the
-    # code is never recovered from the status: the error carries it).
-    for status, code in ((400, Code.INVALID_ARGUMENT), (404, Code.NOT_FOUND),
-                         (503, Code.UNAVAILABLE), (504, Code.DEADLINE_EXCEEDED),
-                         (429, Code.RESOURCE_EXHAUSTED), (501, Code.UNIMPLEMENTED),
-                         (500, Code.INTERNAL)):  # fmt: skip
-        answer = error_answer(ServingError(code, "m"))
-        assert (answer.status, answer.code) == (status, code.name)
-    answer = error_answer(ServingError(Code.FAILED_PRECONDITION, "m"))
-    assert (answer.status, answer.code) == (400, "FAILED_PRECONDITION")
-
-
-def test_the_pool_admits_from_two_event_loops_within_one_limit() -> None:
-    # REST and gRPC await the same pool from their own loops, on their own threads.
-    pool = InferencePool(workers=2, max_queue=5, metrics=Metrics())
-    peak: list[int] = []
-    release = threading.Event()
-
-    def work() -> Answer:
-        peak.append(pool.admitted)
-        release.wait(30)  # held until every request has been admitted or refused
-        return Answer(200, b"", {})
-
-    refused: list[int] = []
-
-    def loop_thread(results: list[int]) -> None:
-        async def one() -> int:
-            try:
-                return (await pool.run(work, 60)).status
-            except ServingError as err:
-                refused.append(http_status(err))
-                return http_status(err)
-
-        async def many() -> None:
-            results.extend(await asyncio.gather(*(one() for _ in range(6))))
-
-        asyncio.run(many())
-
-    results: list[list[int]] = [[], []]
-    threads = [threading.Thread(target=loop_thread, args=(r,)) for r in results]
-    for thread in threads:
-        thread.start()
-    # Every request has arrived: five hold their slots (their work waits), seven were refused.
-    deadline = time.monotonic() + 30  # bounds a failing test only
-    while not (len(refused) == 7 and pool.admitted == 5) and time.monotonic() < deadline:
-        time.sleep(0.002)
-    release.set()
-    for thread in threads:
-        thread.join(10)
-    statuses = sorted(results[0] + results[1])
-    assert statuses.count(200) == 5
-    assert statuses.count(503) == 7
-    assert max(peak) <= 5
-    assert pool.admitted == 0
-    pool.shutdown()
 
 
 # -- the control thread and the model store (docs/robustness.md)

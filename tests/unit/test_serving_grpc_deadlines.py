@@ -30,9 +30,6 @@ from grpc import aio
 from tests.unit.serving.grpc.v2_server import Server, run, serve, x_input
 from tf_entrypoint.serving.codec import v2_proto as pb
 from tf_entrypoint.serving.core import admission
-from tf_entrypoint.serving.core.admission import InferencePool
-from tf_entrypoint.serving.core.errors import ServingError
-from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.grpc.calls import LateMessages
 
 INFER = f"/{pb.SERVICE}/ModelInfer"
@@ -152,37 +149,6 @@ def test_a_newcomer_takes_the_place_of_a_stalled_call(
             await _wait_admitted(server, 0)
 
     asyncio.run(body())
-
-
-def test_eviction_passes_the_place_on_and_only_after_the_wait() -> None:
-    pool = InferencePool(1, 2, Metrics())
-    evicted: list[str] = []
-    one, two = pool.admit(), pool.admit()
-    one.awaiting(lambda: evicted.append("one"))
-    two.awaiting(lambda: evicted.append("two"))
-    with pytest.raises(ServingError):  # neither has waited EVICTABLE_AFTER yet
-        pool.admit()
-    admission.EVICTABLE_AFTER, saved = 0.0, admission.EVICTABLE_AFTER
-    try:
-        three = pool.admit()  # takes one's place
-        assert evicted == ["one"]
-        assert pool.admitted == 2
-        assert not one.arrived()
-        one.close()  # gives nothing back: the place is three's
-        assert pool.admitted == 2
-        assert two.arrived()  # its message came: no longer evictable
-        with pytest.raises(ServingError):
-            pool.admit()
-        two.close()
-        three.close()
-        assert pool.admitted == 0
-        four = pool.admit()
-        four.awaiting(lambda: evicted.append("four"))
-        four.close()  # ended while awaiting: forgotten, not evicted later
-        assert pool._awaiting == {}
-    finally:
-        admission.EVICTABLE_AFTER = saved
-        pool.shutdown()
 
 
 @run

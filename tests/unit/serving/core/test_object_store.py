@@ -556,7 +556,7 @@ class OtherServer:
     """Another server's process sharing the cache directory: alive until killed."""
 
     def __init__(self, root: Path) -> None:
-        entrypoint = Path(__file__).parents[2] / "entrypoint"
+        entrypoint = Path(__file__).parents[4] / "entrypoint"
         self.process = subprocess.Popen(
             [sys.executable, "-c", _SERVER, str(root)],
             stdout=subprocess.PIPE,
