@@ -8,6 +8,7 @@ fresh interpreter without site (so nothing else is preloaded).
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,18 @@ def test_hand_off_stays_cheap(command: str) -> None:
         env={"PATH": "/usr/bin:/bin", "TF_ENTRYPOINT_QUIET": "1"},
     )
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_serving_is_never_imported_by_the_entrypoint() -> None:
+    # The entrypoint runs before every command: it must not pay for
+    # TensorFlow, Starlette and uvicorn (running `-m tf_entrypoint.serving` is fine).
+    root = REPO / "entrypoint" / "tf_entrypoint"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any(n.startswith("tf_entrypoint.serving") for n in names), path

@@ -1,9 +1,7 @@
-"""The HTTP layer of the model server, on a pure-Python model (no TensorFlow)."""
+"""The REST app (rest/app.py, asgi.py, handlers.py) on a pure-Python model (no TensorFlow)."""
 
 from __future__ import annotations
 
-import ast
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from tests.unit.serving.helpers import (
     make_app,
     wait_ready,
 )
-from tf_entrypoint.serving.config import PlannedCpus, ServeConfig, parse_config
+from tf_entrypoint.serving.config import PlannedCpus, parse_config
 
 
 @pytest.fixture
@@ -273,65 +271,6 @@ def test_the_highest_version_is_served(tmp_path: Path) -> None:
 # -- the worker pool
 
 
-def only_model(conf: ServeConfig) -> tuple[str, str]:
-    (model,) = conf.models.models
-    return model.name, str(model.base_path)
-
-
-def test_config_defaults_follow_the_cpu_budget() -> None:
-    conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
-    assert (conf.workers, conf.max_queue) == (3, 96)
-    assert (*only_model(conf), conf.grpc_port, conf.rest_port) == (
-        "model",
-        "/models/model",
-        8500,
-        8501,
-    )
-    assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
-    env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}
-    conf = parse_config([], env, budget=PlannedCpus(3, "test"))
-    assert (*only_model(conf), conf.rest_port, conf.workers) == ("m", "/x/m", 9000, 1)
-    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=PlannedCpus(3, "t"))
-    assert (conf.grpc_port, conf.rest_port, only_model(conf)) == (1234, 9000, ("n", "/x/n"))
-    conf = parse_config(["--rest_api_port=0"], env, budget=PlannedCpus(3, "t"))
-    assert (conf.grpc_port, conf.rest_port) == (8500, 0)
-
-
-def test_config_refuses_one_port_for_both_protocols() -> None:
-    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
-
-    with pytest.raises(UsageError, match="--port is the gRPC port, as in TF Serving"):
-        parse_config(["--port", "8501"], {}, budget=PlannedCpus(1, "t"))
-    with pytest.raises(UsageError, match="nothing to serve"):
-        parse_config(["--port=0", "--rest_api_port=0"], {}, budget=PlannedCpus(1, "t"))
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["--port", "70000"], ["--workers", "0"], ["--model-name", ".."], ["--grace-period", "-1"]],
-)
-def test_config_rejects_bad_values(argv: list[str]) -> None:
-    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
-
-    with pytest.raises(UsageError):
-        parse_config(argv, {}, budget=PlannedCpus(1, "t"))
-
-
-def test_serving_is_never_imported_by_the_entrypoint() -> None:
-    # The entrypoint runs before every command: it must not pay for
-    # TensorFlow, Starlette and uvicorn (running `-m tf_entrypoint.serving` is fine).
-    root = Path(__file__).resolve().parents[2] / "entrypoint" / "tf_entrypoint"
-    for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom):
-                names = [f"{node.module}.{alias.name}" for alias in node.names]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            assert not any(n.startswith("tf_entrypoint.serving") for n in names), path
-
-
 def test_classify(client: TestClient) -> None:
     body = {"signature_name": "classify", "examples": [{"x": 1.0}, {"x": -4.0}]}
     response = client.post("/v1/models/model:classify", json=body)
@@ -424,38 +363,3 @@ def test_a_version_of_5000_digits_is_400_without_a_traceback(
         assert error.endswith("... to numeric.")
     assert "Traceback" not in caplog.text
     assert "internal error" not in caplog.text
-
-
-def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The control thread failing on a bug must not leave a server that answers
-    /healthz 200 while nothing updates its models: it exits 1, saying why."""
-    from tf_entrypoint.serving import main as server  # noqa: PLC0415
-    from tf_entrypoint.serving.core import manager as manager_module  # noqa: PLC0415
-
-    export(tmp_path)
-
-    def bug(models: object) -> None:
-        raise KeyError("a bug")
-
-    monkeypatch.setattr(
-        server, "tensorflow_loader", lambda *conf: lambda directory, version: HalfPlusTwo()
-    )
-    # The labels' warnings run right after start-up, on the manager's thread.
-    monkeypatch.setattr(manager_module, "warn_unavailable_labels", bug)
-    frozen: list[bool] = []  # TensorFlow is not on the host: no model layer to import
-    monkeypatch.setattr(server, "_freeze_the_loaded", lambda: frozen.append(True))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = ["--model_base_path", str(tmp_path / "model"), "--rest_api_port", str(port),
-            "--port", "0", "--host", "127.0.0.1", "--wait-for-model", "5"]  # fmt: skip
-    exits: list[int] = []
-    thread = threading.Thread(target=lambda: exits.append(server.main(argv)), daemon=True)
-    thread.start()
-    thread.join(120)  # at once, unless the server goes on without its model manager
-    assert not thread.is_alive(), "the server kept running after its model manager failed"
-    assert exits == [server.EXIT_FATAL]
-    assert frozen == [True]
-    assert "the model manager thread failed: KeyError: 'a bug'; exiting" in caplog.text

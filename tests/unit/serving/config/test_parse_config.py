@@ -1,4 +1,4 @@
-"""TF Serving's command line: one table (FLAGS) drives parsing, --help and docs/tf-serving.md."""
+"""TF Serving's command line read into a ServeConfig (serving/config/__init__.py's parse_config)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,11 @@ from tf_entrypoint.serving.config import (
     ServeConfig,
     ShowText,
     UsageError,
-    help_text,
-    markdown_table,
     parse_config,
-    read_flags,
 )
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core.submission import LoadRetries
 
-HERE = Path(__file__).resolve().parent
-#: The TF Serving compatibility page holds the flag table (it was the README's).
-TF_SERVING_PAGE = (HERE.parents[1] / "docs" / "tf-serving.md").read_text()
 BUDGET = PlannedCpus(2, "test")
 #: KServe's TensorFlow runtime runs exactly this (its ServingRuntime `command:`).
 KSERVE = [
@@ -40,34 +34,12 @@ KSERVE = [
 ]
 
 
-def main_cc_flags() -> list[str]:
-    lines = (HERE / "data" / "tf_serving_main_flags.txt").read_text().splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-
-
 def parse(*argv: str, env: dict[str, str] | None = None) -> ServeConfig:
     return parse_config(list(argv), env or {}, budget=BUDGET)
 
 
 def by_name(name: str) -> Flag:
     return next(flag for flag in FLAGS if flag.name == name)
-
-
-def test_every_flag_of_tf_servings_main_cc_is_in_the_table() -> None:
-    names = main_cc_flags()
-    assert len(names) > 40  # the vendored list was read, not an empty file
-    assert sorted(flag.name for flag in FLAGS if flag.tf_serving) == sorted(names)
-
-
-def test_spellings_are_unique_and_ours_use_dashes() -> None:
-    spellings = [spelling for flag in FLAGS for spelling in flag.spellings]
-    assert len(spellings) == len(set(spellings))
-    for flag in FLAGS:
-        if not flag.tf_serving:
-            assert "_" not in flag.name, flag.name
-        assert flag.meaning or flag.why, flag.name
-        if flag.kind == "limited":
-            assert flag.why, flag.name
 
 
 def test_kserves_command_line() -> None:
@@ -261,28 +233,12 @@ def test_the_last_of_repeated_flags_wins() -> None:
     assert parse("--port=1", "--grpc-port", "2").grpc_port == 2
 
 
-def test_help_lists_every_spelling() -> None:
-    with pytest.raises(ShowText) as shown:
-        read_flags(["--model_name=m", "--help"])
-    assert shown.value.text == help_text()
-    for flag in FLAGS:
-        for spelling in flag.spellings:
-            assert f"{spelling}" in shown.value.text
-
-
 def test_version_prints_tf_servings_two_lines() -> None:
     with pytest.raises(ShowText) as shown:
         parse("--version", "--enable_batching")  # before anything is checked, as TF Serving
     lines = shown.value.text.splitlines()
     assert lines[0].startswith("TensorFlow ModelServer: tf-entrypoint ")
     assert lines[1].startswith("TensorFlow Library: ")
-
-
-def test_the_docs_table_is_the_codes_table() -> None:
-    table = markdown_table()
-    assert table.splitlines()[0] in TF_SERVING_PAGE
-    start = TF_SERVING_PAGE.index(table.splitlines()[0])
-    assert TF_SERVING_PAGE[start : TF_SERVING_PAGE.index("\n\n", start)] == table
 
 
 def test_warm_up_and_the_method_name_check_reach_the_loader(
@@ -432,3 +388,47 @@ def test_with_batching_every_admitted_request_gets_a_thread() -> None:
     on = parse("--workers=2", "--max-queue=40", "--enable_batching")
     assert main.request_threads(off) == 2
     assert main.request_threads(on) == 40
+
+
+def only_model(conf: ServeConfig) -> tuple[str, str]:
+    (model,) = conf.models.models
+    return model.name, str(model.base_path)
+
+
+def test_config_defaults_follow_the_cpu_budget() -> None:
+    conf = parse_config([], {}, budget=PlannedCpus(3, "cgroup v1 quota"))
+    assert (conf.workers, conf.max_queue) == (3, 96)
+    assert (*only_model(conf), conf.grpc_port, conf.rest_port) == (
+        "model",
+        "/models/model",
+        8500,
+        8501,
+    )
+    assert (conf.file_system_poll_wait, conf.model_config_file_poll_wait) == (1.0, 0.0)
+    env = {"MODEL_NAME": "m", "MODEL_BASE_PATH": "/x", "PORT": "9000", "SERVE_WORKERS": "1"}
+    conf = parse_config([], env, budget=PlannedCpus(3, "test"))
+    assert (*only_model(conf), conf.rest_port, conf.workers) == ("m", "/x/m", 9000, 1)
+    conf = parse_config(["--port", "1234", "--model-name", "n"], env, budget=PlannedCpus(3, "t"))
+    assert (conf.grpc_port, conf.rest_port, only_model(conf)) == (1234, 9000, ("n", "/x/n"))
+    conf = parse_config(["--rest_api_port=0"], env, budget=PlannedCpus(3, "t"))
+    assert (conf.grpc_port, conf.rest_port) == (8500, 0)
+
+
+def test_config_refuses_one_port_for_both_protocols() -> None:
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
+
+    with pytest.raises(UsageError, match="--port is the gRPC port, as in TF Serving"):
+        parse_config(["--port", "8501"], {}, budget=PlannedCpus(1, "t"))
+    with pytest.raises(UsageError, match="nothing to serve"):
+        parse_config(["--port=0", "--rest_api_port=0"], {}, budget=PlannedCpus(1, "t"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--port", "70000"], ["--workers", "0"], ["--model-name", ".."], ["--grace-period", "-1"]],
+)
+def test_config_rejects_bad_values(argv: list[str]) -> None:
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
+
+    with pytest.raises(UsageError):
+        parse_config(argv, {}, budget=PlannedCpus(1, "t"))
