@@ -39,7 +39,7 @@ _NOT_A_MATRIX = re.compile(
 )
 
 #: Texts TensorFlow 2.21 wrote in the image (TF_ENABLE_ONEDNN_OPTS=0, then =1),
-#: and what tf_text makes of them: tests/unit/test_tf_text.py checks them.
+#: and what tf_text makes of them: tests/unit/project/test_tf_text.py checks them.
 SEEN = (
     # matmul/1 (tests/container/make_grpc_models.py), x [1, 3]
     (

@@ -8,7 +8,7 @@ parsing (serving/config), ``serve --help`` and docs/tf-serving.md's flag table.
 (tfserving.py takes the thread flags out for the plan) and by the server.
 
 Stdlib-only and cheap to import: the entrypoint imports it before every
-``tensorflow_model_server`` (tests/unit/test_startup_imports.py).
+``tensorflow_model_server`` (tests/unit/project/test_startup_imports.py).
 """
 
 from __future__ import annotations

@@ -377,7 +377,7 @@ def _alloc(variable: str, raw: str) -> tuple[tuple[int, int], ...] | list[Proble
 
 
 #: Every variable a user sets, in the order problems are reported. The README's
-#: table is this table (tests/unit/test_readme.py).
+#: table is this table (tests/unit/project/test_readme.py).
 TABLE: tuple[Variable, ...] = (
     Variable(
         INTRA_OP,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_gpus import MIB, UUIDS, FakeNvml, make_tree
-from tests.unit.test_plan import CPU, NO_GPU
+from tests.unit.fake_gpus import MIB, UUIDS, FakeNvml, make_tree
+from tests.unit.plan_inputs import CPU, NO_GPU
 from tf_entrypoint import cli
 from tf_entrypoint import plan as p
 from tf_entrypoint.explain import render_text, summary_line, to_json

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_plan import NO_GPU, TWO_GPUS, plan_for
+from tests.unit.plan_inputs import NO_GPU, TWO_GPUS, plan_for
 from tf_entrypoint.explain import asks_for_cuda, no_gpu_line
 from tf_entrypoint.nvidia import NO_DRIVER_REASON
 

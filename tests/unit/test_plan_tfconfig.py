@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.test_plan import CPU, NO_GPU
+from tests.unit.plan_inputs import CPU, NO_GPU
 from tf_entrypoint import plan as p
 from tf_entrypoint.explain import render_json
 from tf_entrypoint.settings import parse_settings

@@ -1,12 +1,17 @@
-"""The one tokenizer (tf_entrypoint.server_flags.tokenize): the entrypoint and the
-server read a command line with the same rules (docs/tf-serving.md, "How flags are read")."""
+"""The flag table (FLAGS, against TF Serving's main.cc) and the one tokenizer
+(tf_entrypoint.server_flags.tokenize): the entrypoint and the server read a command
+line with the same rules (docs/tf-serving.md, "How flags are read")."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from tf_entrypoint.server_flags import BY_SPELLING, FLAGS, Token, boolean, tokenize
 from tf_entrypoint.tfserving import plan_flags, user_flags
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def test_every_spelling_is_one_flags() -> None:
@@ -69,3 +74,25 @@ def test_the_entrypoint_passes_on_what_it_does_not_take_as_written() -> None:
 )  # fmt: skip
 def test_boolean_words(text: str, value: bool | None) -> None:
     assert boolean(text) is value
+
+
+def main_cc_flags() -> list[str]:
+    lines = (DATA / "tf_serving_main_flags.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_every_flag_of_tf_servings_main_cc_is_in_the_table() -> None:
+    names = main_cc_flags()
+    assert len(names) > 40  # the vendored list was read, not an empty file
+    assert sorted(flag.name for flag in FLAGS if flag.tf_serving) == sorted(names)
+
+
+def test_spellings_are_unique_and_ours_use_dashes() -> None:
+    spellings = [spelling for flag in FLAGS for spelling in flag.spellings]
+    assert len(spellings) == len(set(spellings))
+    for flag in FLAGS:
+        if not flag.tf_serving:
+            assert "_" not in flag.name, flag.name
+        assert flag.meaning or flag.why, flag.name
+        if flag.kind == "limited":
+            assert flag.why, flag.name

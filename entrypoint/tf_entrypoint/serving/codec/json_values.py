@@ -43,7 +43,7 @@ def loads(body: bytes) -> Any:
     for its precision), and NaN, Infinity, numbers beyond a double and lone
     surrogates, which json takes, it refuses. So a body with 19 digits in a
     row, and whatever orjson refuses, is read by json: its documents and its
-    errors are the ones clients get (tests/unit/test_serving_hot_path.py).
+    errors are the ones clients get (tests/unit/serving/test_hot_path.py).
     Without orjson installed, json reads everything.
     """
     if orjson is not None and body.translate(_DIGITS_AS_ZEROS).find(_LONG_DIGITS) == -1:

@@ -57,7 +57,7 @@ be served (file, line and field on stderr).
 
 
 def markdown_table() -> str:
-    """docs/tf-serving.md's flag table (tests/unit/test_serving_flags.py keeps them equal)."""
+    """docs/tf-serving.md's flag table (tests/unit/serving/config/test_help.py keeps them equal)."""
     rows = ["| Flag | Variable | Default | What it does here |", "|---|---|---|---|"]
     for flag in FLAGS:
         spellings = " ".join(f"`{spelling}`" for spelling in flag.spellings)

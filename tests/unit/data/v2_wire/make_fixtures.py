@@ -1,6 +1,6 @@
 """Write the Open Inference Protocol wire fixtures with Triton's own client (run by hand).
 
-tests/unit/test_v2_proto.py reads what this writes: messages serialized by
+tests/unit/serving/codec/test_v2_proto.py reads what this writes: messages serialized by
 `tritonclient.grpc.service_pb2` (protoc-generated from Triton's
 grpc_service.proto, a superset of the OIP's messages with the same numbers),
 and the field table of every message `codec/v2_proto.py` describes, as
