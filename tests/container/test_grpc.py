@@ -509,10 +509,17 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
         staged = model_library.copy("grpc/gated/1", models / "gated" / ".staged-1")
         staged.rename(models / "gated" / "1")
         # Health is asked once the version is loaded (REST's status says so),
-        # not after however long a sidecar takes to start.
+        # not after however long a sidecar takes to start; the server refreshes it
+        # from its models' state every 0.2 s (grpc/health.py's HEALTH_EVERY), so it
+        # is asked until it follows (the sidecar is up already: no start hides the lag).
         assert poll(lambda: server.state("gated") == "AVAILABLE", 120, 0.1), server.logs()
-        ready = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
-        assert [r["response"] for r in ready] == [{"status": "SERVING"}] * 2, server.logs()
+
+        def health() -> list[dict[str, Any]]:
+            answers = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
+            return [r["response"] for r in answers]
+
+        serving = [{"status": "SERVING"}] * 2
+        assert poll(lambda: health() == serving, 30, 0.1), (health(), server.logs())
 
         # A health watch and a held predict are in flight when SIGTERM comes.
         held = gated("drain", x=7.0, timeout=300)
