@@ -71,6 +71,7 @@ FAULTS = re.compile(r"^(5\d\d|INTERNAL|UNKNOWN|DATA_LOSS|client error)$")
 def manifest(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the sweep's manifest, dtypes.json (for dtype_client.py at /models)."""
     folder = tmp_path_factory.mktemp("every-answer")
+    folder.chmod(0o755)  # the image's user reads it
     model_library.copy("dtype/dtypes.json", folder / "dtypes.json")
     return folder
 
