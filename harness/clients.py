@@ -28,6 +28,27 @@ CLIENTS = REPO / "tests" / "container"
 SOCKET = "grpc.sock"
 
 
+def grpc_sidecar(
+    containers: Containers,
+    server_container: Container,
+    operations: Sequence[dict[str, Any]],
+    address: str = "127.0.0.1:8500",
+    timeout: float = 300,
+) -> list[dict[str, Any]]:
+    """The operations in a one-shot grpc_client.py container in `server_container`'s
+    network namespace (removed after): for a server started without harness.servers
+    (a long-lived GrpcSidecar, `Server.grpc`, saves each call a container start)."""
+    ran = containers.run(
+        ["python", "/t/grpc_client.py", address, json.dumps(list(operations))],
+        network_mode=f"container:{server_container.id}",
+        volumes={str(CLIENTS): {"bind": "/t", "mode": "ro"}},
+        timeout=timeout,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return results
+
+
 class GrpcSidecar:
     """One grpc_client.py --listen beside `server`, with its `volumes` too."""
 

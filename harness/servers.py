@@ -46,7 +46,8 @@ class ServerSpec:
     `models` /models/NAME -> library source (or (source, versions)), `files`
     /models/NAME -> text, `env`, `cpus`, docker `options` (items), `entrypoint`
     (e.g. (MODEL_SERVER,)), `volumes` (host path, bind, mode) mounted in the
-    server and its gRPC sidecar, `ready` (wait for /readyz)."""
+    server and its gRPC sidecar, `ready` (wait for /readyz), `publish_grpc`
+    (gRPC's port on 127.0.0.1 too, for clients on the host: Server.grpc_address)."""
 
     args: tuple[str, ...] = ()
     models: tuple[tuple[str, ModelSource], ...] = ()
@@ -58,6 +59,7 @@ class ServerSpec:
     volumes: tuple[tuple[str, str, str], ...] = ()
     models_mode: str = "ro"
     ready: bool = True
+    publish_grpc: bool = False
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
@@ -82,7 +84,8 @@ def serve(
 
 @dataclass
 class Server:
-    """A running, ready server: REST at `rest` (also `url`), gRPC through `grpc(...)`."""
+    """A running, ready server: REST at `rest` (also `url`), gRPC through `grpc(...)`
+    (and at `grpc_address`, host:port on the host, when its spec publishes it)."""
 
     containers: Containers
     container: Container
@@ -90,6 +93,7 @@ class Server:
     models: Path
     sidecar: GrpcSidecar
     spec: ServerSpec = field(default_factory=ServerSpec)
+    grpc_address: str = ""
 
     @property
     def url(self) -> str:
@@ -176,18 +180,24 @@ def started(
         options["entrypoint"] = list(spec.entrypoint)
     if spec.env:
         options["environment"] = dict(spec.env)
+    ports = {"8501/tcp": ("127.0.0.1", None)}
+    if spec.publish_grpc:
+        ports["8500/tcp"] = ("127.0.0.1", None)
     container = containers.start(
         list(spec.args),
         volumes={**volumes, **extra},
         nano_cpus=int(spec.cpus * 1e9),
-        ports={"8501/tcp": ("127.0.0.1", None)},
+        ports=ports,
         **options,
     )
     sidecar = GrpcSidecar(containers, container, extra, workdir)
     try:
         container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        published = container.attrs["NetworkSettings"]["Ports"]
+        port = published["8501/tcp"][0]["HostPort"]
         server = Server(containers, container, f"http://127.0.0.1:{port}", models, sidecar, spec)
+        if spec.publish_grpc:
+            server.grpc_address = f"127.0.0.1:{published['8500/tcp'][0]['HostPort']}"
         if spec.ready:
             server.wait_ready()
         yield server

@@ -67,7 +67,6 @@ import difflib
 import json
 import os
 import re
-import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,15 +75,11 @@ from typing import Any
 import httpx2
 import pytest
 
-from harness.docker import Containers, poll
+from harness.docker import poll
+from harness.models import ModelLibrary
+from harness.servers import Server, ServerPool, ServerSpec, serve, write_models
 from tests.container.gates import Gate
-from tests.container.test_grpc import (
-    MODEL_CONFIGS,
-    Server,
-    make_library,
-    server_container,
-    serving,
-)
+from tests.container.grpc_models import MODEL_CONFIGS, MODELS, gate_volume
 from tests.tf_text import tf_text
 
 #: The images this module tests (tests/container/conftest.py): the server is
@@ -99,6 +94,8 @@ LATE_CONFIG = '  config { name: "late" base_path: "/models/late" }\n'
 CONFIG = f"\nmodel_config_list {{\n{MODEL_CONFIGS}{LATE_CONFIG}}}\n"
 MONITORING = 'prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n'
 EARLY = ("plus", "dtypes", "gated", "examples", "matmul", "defaults")
+#: `main`'s models (`late` is an empty folder until its version is put in place).
+MAIN_MODELS = {**MODELS, "broken": "badwarm"}
 
 # --------------------------------------------------------------------------
 # Recording and comparing
@@ -574,27 +571,25 @@ RELOAD_ERRORS = {
 
 
 @pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("answers-library")
-    broken = ["python", "/t/make_models.py", "/models/broken", "1", "--warmup", "1", "--bad-warmup"]
-    make_library(containers, root, broken)
-    (root / "late").mkdir()
-    (root / "late").chmod(0o777)
-    (root / "models.config").write_text(CONFIG)
-    (root / "monitoring.config").write_text(MONITORING)
-    return root
-
-
-@pytest.fixture(scope="module")
-def main(containers: Containers, library: Path) -> Iterator[tuple[Server, dict[str, Any]]]:
+def main(
+    servers: ServerPool, model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, dict[str, Any]]]:
     """The module's server, after its start-up phase: (server, the start-up answers)."""
-    command = [
-        "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
-        "--monitoring_config_file=/models/monitoring.config", f"--max-body-bytes={MAX_BODY}",
-        # The recorded answers are of `broken` failing at once, without load retries.
-        "--max_num_load_retries=0",
-    ]  # fmt: skip
-    with server_container(containers, library, command) as server:
+    spec = ServerSpec(
+        args=(
+            "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
+            "--monitoring_config_file=/models/monitoring.config", f"--max-body-bytes={MAX_BODY}",
+            # The recorded answers are of `broken` failing at once, without load retries.
+            "--max_num_load_retries=0",
+        ),
+        models=tuple(sorted(MAIN_MODELS.items())),
+        files=(("models.config", CONFIG), ("monitoring.config", MONITORING)),
+        ready=False,  # ready only once `late` is in place
+    )  # fmt: skip
+    models = write_models(spec, model_library, tmp_path_factory.mktemp("answers-models"))
+    (models / "late").mkdir()
+    (models / "late").chmod(0o777)
+    with servers.private(spec, models) as server:
         container = server.container
 
         def early_loaded() -> bool:
@@ -628,9 +623,8 @@ def main(containers: Containers, library: Path) -> Iterator[tuple[Server, dict[s
             "health_late": {"method": "Check", "request": 'service: "late"'},
             "health_plus": {"method": "Check", "request": 'service: "plus"'},
         })  # fmt: skip
-        staged = library / "late" / ".staged-1"
-        shutil.copytree(library / "plus" / "1", staged)
-        staged.rename(library / "late" / "1")
+        staged = model_library.copy("plus/1", models / "late" / ".staged-1")
+        staged.rename(models / "late" / "1")
 
         def ready() -> bool:
             return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
@@ -714,14 +708,15 @@ def test_reload_answers(main: tuple[Server, dict[str, Any]]) -> None:
     })  # fmt: skip
 
 
-def test_limit_answers(containers: Containers, library: Path, tmp_path: Path) -> None:
+def test_limit_answers(servers: ServerPool, tmp_path: Path) -> None:
     """408/DEADLINE_EXCEEDED, then 503/RESOURCE_EXHAUSTED while the timed-out call
     still holds the only worker and slot (its gate shut), on any CPU."""
     gate = Gate(tmp_path / "gates")
-    with serving(
-        containers, library, "--model_name=gated", "--model_base_path=/models/gated",
-        "--workers", "1", "--max-queue", "1", "--request-timeout", "1", gate=gate,
-    ) as server:  # fmt: skip
+    with servers.private(serve(
+        "--model_name=gated", "--model_base_path=/models/gated",
+        "--workers", "1", "--max-queue", "1", "--request-timeout", "1",
+        models={"gated": MODELS["gated"]}, volumes=gate_volume(gate),
+    )) as server:  # fmt: skip
 
         def gated(name: str) -> dict[str, Any]:
             return {"inputs": {"x": [1.0], "gate": Gate.path(name)}}
@@ -757,16 +752,16 @@ ONEDNN_ON = "oneDNN custom operations are on"
 
 
 @pytest.mark.parametrize("onednn", ["0", "1"], ids=["eigen", "onednn"])
-def test_tensorflow_words_either_way(containers: Containers, library: Path, onednn: str) -> None:
+def test_tensorflow_words_either_way(servers: ServerPool, onednn: str) -> None:
     """TF_ENABLE_ONEDNN_OPTS decides how TensorFlow words a graph's error (the
     kernel's words, and the node annotation: oneDNN's rewrite inlines the
     signature's function). Its default depends on the CPU, so a host's own
     answers show one way only: here the server runs under each, and its
     answers are the recorded ones, normalized (tests/tf_text.py)."""
-    with serving(
-        containers, library, "--model_name=matmul", "--model_base_path=/models/matmul",
-        environment={"TF_ENABLE_ONEDNN_OPTS": onednn},
-    ) as server:  # fmt: skip
+    with servers.private(serve(
+        "--model_name=matmul", "--model_base_path=/models/matmul",
+        models={"matmul": MODELS["matmul"]}, env={"TF_ENABLE_ONEDNN_OPTS": onednn},
+    )) as server:  # fmt: skip
         # The setting took: TensorFlow says so at start when its oneDNN kernels are on.
         assert (ONEDNN_ON in server.logs()) == (onednn == "1"), server.logs()
         got = {

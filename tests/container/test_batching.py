@@ -1,9 +1,10 @@
 """Server-side batching (--enable_batching) in the real image, over REST and gRPC.
 
-Servers run under --cpus 1 (test_grpc.serving); gRPC calls come from TF
-Serving's own stubs in a sidecar (grpc_client.py). The model (make_batch_models.py)
-is a small MLP whose TensorFlow graph refuses values of 1e6 or more, and a
-gated signature that runs until the test opens the server's gate (gates.py).
+Servers run under --cpus 1 (harness/servers.py); gRPC calls come from TF
+Serving's own stubs in a sidecar (grpc_client.py, harness/clients.py). The
+model (make_batch_models.py, from the model library) is a small MLP whose
+TensorFlow graph refuses values of 1e6 or more, and a gated signature that
+runs until the test opens the server's gate (gates.py).
 
 No test here assumes a CPU's speed: a request that must keep the batch thread
 busy is gated, so it runs exactly until the test opens the gate, and each
@@ -13,7 +14,7 @@ step waits for the state it needs (a metric, a log line), never for a time.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,15 @@ import httpx2
 import pytest
 
 from harness.docker import Containers, poll, wait
+from harness.models import ModelLibrary
+from harness.servers import Server, ServerPool, ServerSpec, serve
 from tests.container.gates import OPEN, Gate
-from tests.container.test_grpc import Server, serving
+from tests.container.grpc_models import gate_volume
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
 QUEUE_FULL = "The batch scheduling queue to which this task was submitted is full"
 BATCHING = """
 max_batch_size { value: 64 }
@@ -43,36 +45,29 @@ num_batch_threads { value: 1 }
 """
 
 
-@pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("batch-library")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_batch_models.py", "/models"],
-        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
-        timeout=300,
+BAD = "max_batch_size { value: 8 }\nbatch_timeout { value: 1 }\n"
+
+
+def spec(*args: str, gate: Gate | None = None) -> ServerSpec:
+    """A server of mlp/1 (make_batch_models.py) with `args`; /models also holds the
+    batching parameters files batching.txt and tight.txt."""
+    return serve(
+        "--model_name=mlp",
+        *args,
+        models={"mlp": "batch/mlp"},
+        files={"batching.txt": BATCHING, "tight.txt": TIGHT},
+        volumes=gate_volume(gate) if gate else (),
     )
-    assert ran.exit_code == 0, ran.stderr
-    (root / "batching.txt").write_text(BATCHING)
-    (root / "tight.txt").write_text(TIGHT)
-    (root / "bad.txt").write_text("max_batch_size { value: 8 }\nbatch_timeout { value: 1 }\n")
-    return root
 
 
 @pytest.fixture(scope="module")
-def servers(containers: Containers, library: Path) -> Iterator[tuple[Server, Server]]:
+def pair(servers: ServerPool) -> tuple[Server, Server]:
     """(batching off, batching on), same model, same flags otherwise."""
-    with (
-        serving(containers, library, "--model_name=mlp") as off,
-        serving(
-            containers,
-            library,
-            "--model_name=mlp",
-            "--enable_batching",
-            "--batching_parameters_file=/models/batching.txt",
-        ) as on,
-    ):
-        yield off, on
+    off = servers.shared(spec())
+    on = servers.shared(
+        spec("--enable_batching", "--batching_parameters_file=/models/batching.txt")
+    )
+    return off, on
 
 
 def rest(server: Server, rows: Any, signature: str = "serving_default") -> tuple[int, Any]:
@@ -122,10 +117,12 @@ def test_same_is_not_lenient() -> None:
     assert not same({"error": "a"}, {"error": "b"})
 
 
-def test_outputs_with_batching_equal_outputs_without(servers: tuple[Server, Server]) -> None:
-    off, on = servers
+def test_outputs_with_batching_equal_outputs_without(pair: tuple[Server, Server]) -> None:
+    off, on = pair
     requests = random_requests(15, 160)
     batches_before = on.metric("serving_batches_total")
+    # Counted as deltas: the pool may have handed these servers to other tests before.
+    sizes_before = on.metric("serving_batch_size_sum")
     expected = [rest(off, rows) for rows in requests]  # one at a time: never batched
     answers = rest_many(on, requests)
     assert all(status == 200 for status, _ in expected)
@@ -133,7 +130,7 @@ def test_outputs_with_batching_equal_outputs_without(servers: tuple[Server, Serv
     assert [len(body["outputs"]["y"]) for _, body in answers] == [len(r) for r in requests]
     batches = on.metric("serving_batches_total") - batches_before
     assert 0 < batches < len(requests), batches  # some batches held several requests
-    assert on.metric("serving_batch_size_sum") >= sum(len(r) for r in requests)
+    assert on.metric("serving_batch_size_sum") - sizes_before >= sum(len(r) for r in requests)
 
     grpc_requests = random_requests(16, 96)
     op = {"op": "predict_rows", "model": "mlp", "requests": grpc_requests, "threads": 32}
@@ -143,8 +140,8 @@ def test_outputs_with_batching_equal_outputs_without(servers: tuple[Server, Serv
     assert same(grpc_on["answers"], grpc_off["answers"])
 
 
-def test_a_bad_request_inside_a_batch_fails_alone(servers: tuple[Server, Server]) -> None:
-    off, on = servers
+def test_a_bad_request_inside_a_batch_fails_alone(pair: tuple[Server, Server]) -> None:
+    off, on = pair
     requests: list[Any] = random_requests(17, 60)
     requests[10] = [[1.0, 2.0, 3.0, 4.0], [1.0, 2e7, 3.0, 4.0]]  # fails in TensorFlow
     requests[20] = [[1.0, 2.0, 3.0]]  # fails validation (shape)
@@ -161,8 +158,10 @@ def test_a_bad_request_inside_a_batch_fails_alone(servers: tuple[Server, Server]
 
 
 def test_parameters_file_errors_exit_78_before_serving(
-    containers: Containers, library: Path
+    containers: Containers, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
+    library = model_library.tree(tmp_path / "models", {"mlp": "batch/mlp"})
+    (library / "bad.txt").write_text(BAD)
     ran = containers.run(
         ["serve", "--model_name=mlp", "--enable_batching",
          "--batching_parameters_file=/models/bad.txt"],
@@ -204,7 +203,7 @@ def running(server: Server, before: float) -> Callable[[], bool]:
 
 
 def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, tmp_path: Path
 ) -> None:
     """max_batch_size 1, max_enqueued_batches 1, one batch thread; on any CPU.
 
@@ -215,14 +214,8 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
     behind the held request, however short or long it is.
     """
     gate = Gate(tmp_path / "gates")
-    with serving(
-        containers,
-        library,
-        "--model_name=mlp",
-        "--enable_batching",
-        "--batching_parameters_file=/models/tight.txt",
-        gate=gate,
-    ) as server:
+    tight = spec("--enable_batching", "--batching_parameters_file=/models/tight.txt", gate=gate)
+    with servers.private(tight) as server:
         with ThreadPoolExecutor(5) as pool, gate.shut(OPEN):
             futures = [pool.submit(gated, server) for _ in range(5)]
             three_answered = lambda: sum(f.done() for f in futures) >= 3  # noqa: E731
@@ -297,7 +290,7 @@ def draining(server: Server) -> Callable[[], bool]:
 
 
 def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, tmp_path: Path
 ) -> None:
     """A timeout counts the time queued; SIGTERM runs what is queued; on any CPU.
 
@@ -305,13 +298,9 @@ def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
     test opens the gate, so the second is queued behind it for certain, its
     timeout passes there, and SIGTERM finds one running and one queued.
     """
-    params = [
-        "--model_name=mlp",
-        "--enable_batching",
-        "--batching_parameters_file=/models/tight.txt",
-    ]
+    params = ["--enable_batching", "--batching_parameters_file=/models/tight.txt"]
     gate = Gate(tmp_path / "gates")
-    with serving(containers, library, *params, "--request-timeout=0.4", gate=gate) as server:
+    with servers.private(spec(*params, "--request-timeout=0.4", gate=gate)) as server:
         before = server.metric("serving_batches_total")
         # The first runs until the gate opens (its client gets 504 at 0.4 s);
         # the second waits behind it and its 0.4 s pass in the queue: withdrawn.
@@ -328,7 +317,7 @@ def test_rest_timeout_counts_queueing_and_sigterm_drains_the_queue(
         assert poll(server.idle, 60, 0.05), server.logs()  # the first has finished in TensorFlow
         assert server.metric("serving_batches_total") - before == 1  # only the first ran
 
-    with serving(containers, library, *params, "--grace-period=30", gate=gate) as server:
+    with servers.private(spec(*params, "--grace-period=30", gate=gate)) as server:
         before = server.metric("serving_batches_total")
         with ThreadPoolExecutor(2) as pool, gate.shut(OPEN):
             first_sent = pool.submit(gated, server)

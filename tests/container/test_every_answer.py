@@ -12,8 +12,10 @@ INTERNAL or UNKNOWN for what a client sends or what a signature returns.
   over REST (httpx2) and gRPC (codec/v2_proto.py's messages), gets its 4xx /
   client code with a message, and the server logs no internal error.
 
-The server runs under --cpus 1 with REST (8501) and gRPC (8500) published on
-127.0.0.1, --max-body-bytes 65536.
+The server (tests/container/v2_server.py, shared with test_v2_clients) runs
+under --cpus 1 with REST (8501) and gRPC (8500) published on 127.0.0.1,
+--max-body-bytes 65536; dtypes/1 and walk/1-2 are the model library's
+dtype/ (make_dtype_models.py), whose dtypes.json is the sweep's manifest.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import gzip
 import json
 import re
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,21 +31,16 @@ import grpc
 import httpx2
 import pytest
 
-from harness.docker import Containers, remove
-from tests.container.test_grpc import Server, wait_ready
+from harness.docker import Containers
+from harness.models import ModelLibrary
+from harness.servers import Server, ServerPool
+from tests.container.v2_server import SPEC
 from tf_entrypoint.serving.codec import v2_proto as pb
 
 #: The images this module tests (tests/container/conftest.py): the server is the same in both.
 IMAGE_FLAVORS = ("cpu",)
 
 HERE = Path(__file__).resolve().parent
-MAX_BODY = 65536
-CONFIG = """
-model_config_list {
-  config { name: "dtypes" base_path: "/models/dtypes" }
-  config { name: "walk" base_path: "/models/walk" model_version_policy { all {} } }
-}
-"""
 #: The types the sweep must cover (TensorFlow 2.21 builds them all; newer experimental
 #: types are covered where this TensorFlow builds them).
 REQUIRED = {
@@ -72,33 +68,18 @@ FAULTS = re.compile(r"^(5\d\d|INTERNAL|UNKNOWN|DATA_LOSS|client error)$")
 
 
 @pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = containers.export_models(tmp_path_factory.mktemp("every-answer"), "make_dtype_models.py")
-    (root / "models.config").write_text(CONFIG)
-    return root
+def manifest(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the sweep's manifest, dtypes.json (for dtype_client.py at /models)."""
+    folder = tmp_path_factory.mktemp("every-answer")
+    folder.chmod(0o755)  # the image's user reads it
+    model_library.copy("dtype/dtypes.json", folder / "dtypes.json")
+    return folder
 
 
 @pytest.fixture(scope="module")
-def server(containers: Containers, library: Path) -> Iterator[tuple[Server, str]]:
-    command = [
-        "serve", "--wait-for-model", "120", "--model_config_file=/models/models.config",
-        f"--max-body-bytes={MAX_BODY}",
-    ]  # fmt: skip
-    container = containers.start(
-        command,
-        volumes={str(library): {"bind": "/models", "mode": "ro"}},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None), "8500/tcp": ("127.0.0.1", None)},
-    )
-    try:
-        container.reload()
-        ports = container.attrs["NetworkSettings"]["Ports"]
-        rest = f"http://127.0.0.1:{ports['8501/tcp'][0]['HostPort']}"
-        running = Server(containers, container, rest)
-        wait_ready(running)
-        yield running, f"127.0.0.1:{ports['8500/tcp'][0]['HostPort']}"
-    finally:
-        remove(container)
+def server(servers: ServerPool) -> tuple[Server, str]:
+    running = servers.shared(SPEC)
+    return running, running.grpc_address
 
 
 def no_internal_error_logged(server: Server) -> None:
@@ -157,16 +138,19 @@ def judge(result: dict[str, Any], entry: dict[str, Any]) -> str | None:
 
 
 def test_every_dtype_in_and_out_of_every_api(
-    server: tuple[Server, str], containers: Containers, library: Path
+    server: tuple[Server, str], containers: Containers, manifest: Path
 ) -> None:
     running, _ = server
-    manifest = json.loads((library / "dtypes.json").read_text())
-    built = {name for name, entry in manifest.items() if entry["echo"] is True}
-    assert built >= REQUIRED, {name: manifest.get(name) for name in REQUIRED - built}
+    dtypes = json.loads((manifest / "dtypes.json").read_text())
+    built = {name for name, entry in dtypes.items() if entry["echo"] is True}
+    assert built >= REQUIRED, {name: dtypes.get(name) for name in REQUIRED - built}
     ran = containers.run(
         ["python", "/t/dtype_client.py", "/models/dtypes.json"],
         network_mode=f"container:{running.container.id}",
-        volumes={str(HERE): {"bind": "/t", "mode": "ro"}, str(library): {"bind": "/models"}},
+        volumes={
+            str(HERE): {"bind": "/t", "mode": "ro"},
+            str(manifest): {"bind": "/models", "mode": "ro"},
+        },
         timeout=600,
     )
     assert ran.exit_code == 0, ran.stderr
@@ -174,7 +158,7 @@ def test_every_dtype_in_and_out_of_every_api(
     seen = {(r["signature"], r["api"]) for r in results}
     apis = ("rest_rows", "rest_columns", "grpc_predict", "v2_json", "v2_binary", "v2_grpc")
     assert {(f"echo_{name}", api) for name in built for api in apis} <= seen
-    problems = [judge(result, manifest[result["dtype"]]) for result in results]
+    problems = [judge(result, dtypes[result["dtype"]]) for result in results]
     assert not any(problems), "\n".join(p for p in problems if p)
     no_internal_error_logged(running)
 

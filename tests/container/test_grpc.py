@@ -1,14 +1,14 @@
 """TF Serving's gRPC API in the real image, called by TF Serving's own client stubs.
 
-The server runs under --cpus 1 with gRPC on 8500 and REST on 8501. The client
-(grpc_client.py: `tensorflow-serving-api`'s stubs and TensorFlow's
-make_tensor_proto/make_ndarray) runs in a second container of the same image
-that shares the server's network namespace, as a sidecar would. Models:
-plus/1 and plus/2 (y = x + V, from make_models.py), dtypes/1 (identity for
-every dtype), gated/1 (answers once the test opens the gate the call names,
-gates.py) and defaults/1 (an input with a default value), from
-make_grpc_models.py; examples/1 (classify and regress signatures, from
-test_classify_regress.py).
+The server runs under --cpus 1 with gRPC on 8500 and REST on 8501
+(harness/servers.py). The client (grpc_client.py: `tensorflow-serving-api`'s
+stubs and TensorFlow's make_tensor_proto/make_ndarray) runs in a second
+container of the same image that shares the server's network namespace, as a
+sidecar would (harness/clients.py). Models (tests/container/grpc_models.py,
+from the model library): plus/1 and plus/2 (y = x + V), dtypes/1 (identity
+for every dtype), gated/1 (answers once the test opens the gate the call
+names, gates.py), matmul/1, defaults/1 (an input with a default value) and
+examples/1 (classify and regress signatures).
 
 No test here assumes a CPU's speed: a call that must stay in flight is a
 gated/1 call, held until the test opens its gate, and each step waits for the
@@ -18,192 +18,44 @@ server's state (its metrics, its log) instead of sleeping.
 from __future__ import annotations
 
 import collections
-import json
-import shutil
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from docker.models.containers import Container
 
-from harness.docker import Containers, metric_value, poll, remove, wait
+from harness.docker import poll, wait
+from harness.models import ModelLibrary
+from harness.servers import READY_TIMEOUT, Server, ServerPool, ServerSpec, serve
 from tests.container.examples import f32
 from tests.container.gates import Gate
-from tests.container.test_classify_regress import export_classify_regress
+from tests.container.grpc_models import CONFIG, MODELS, gate_volume, gated, x_tensor
 from tests.tf_text import NODE, NOT_A_MATRIX, tf_text
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
-READY_TIMEOUT = 180
-#: The models `library` makes, as model_config_list entries (test_answers.py serves them too).
-MODEL_CONFIGS = """\
-  config { name: "plus" base_path: "/models/plus"
-           model_version_policy { all {} }
-           version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } }
-  config { name: "dtypes" base_path: "/models/dtypes" }
-  config { name: "gated" base_path: "/models/gated" }
-  config { name: "examples" base_path: "/models/examples" }
-  config { name: "matmul" base_path: "/models/matmul" }
-  config { name: "defaults" base_path: "/models/defaults" }
-"""
-CONFIG = f"\nmodel_config_list {{\n{MODEL_CONFIGS}}}\n"
 
-
-def grpc_sidecar(
-    containers: Containers,
-    server: Container,
-    operations: Sequence[dict[str, Any]],
-    address: str = "127.0.0.1:8500",
-    timeout: float = 300,
-) -> list[dict[str, Any]]:
-    """Run the operations with TF Serving's stubs in a sidecar of `server` (its netns)."""
-    ran = containers.run(
-        ["python", "/t/grpc_client.py", address, json.dumps(list(operations))],
-        network_mode=f"container:{server.id}",
-        volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
-        timeout=timeout,
+def spec(*args: str, gate: Gate | None = None) -> ServerSpec:
+    """A server of every model of grpc_models.py (its config), with `args` and `gate`."""
+    return serve(
+        "--model_config_file=/models/models.config",
+        *args,
+        models=MODELS,
+        files={"models.config": CONFIG},
+        volumes=gate_volume(gate) if gate else (),
     )
-    assert ran.exit_code == 0, ran.stderr
-    results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
-    return results
-
-
-@dataclass
-class Server:
-    containers: Containers
-    container: Container
-    rest: str
-
-    def grpc(self, *operations: dict[str, Any], timeout: float = 300) -> list[dict[str, Any]]:
-        return grpc_sidecar(self.containers, self.container, operations, timeout=timeout)
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The sample `name` with exactly `labels` (0 when absent)."""
-        return metric_value(httpx2.get(self.rest + "/metrics", timeout=10).text, name, **labels)
-
-    def state(self, model: str) -> str:
-        """The newest version's state on REST's model status ("" while none)."""
-        answer = httpx2.get(f"{self.rest}/v1/models/{model}", timeout=10)
-        versions = answer.json().get("model_version_status", []) if answer.is_success else []
-        return str(versions[0]["state"]) if versions else ""
-
-    def idle(self) -> bool:
-        return self.metric("serving_predict_in_flight") == 0
-
-    def logs(self) -> str:
-        return self.container.logs().decode(errors="replace")
-
-
-def make_library(containers: Containers, root: Path, *more: list[str]) -> None:
-    """The models of MODEL_CONFIGS under `root`, and those the `more` commands make (run in
-    the image with `root` at /models and this folder at /t)."""
-    root.chmod(0o777)
-    volumes = {
-        str(root): {"bind": "/models", "mode": "rw"},
-        str(HERE): {"bind": "/t", "mode": "ro"},
-    }
-    for command in (
-        ["python", "/t/make_models.py", "/models/plus", "1", "2"],
-        *more,
-        ["python", "/t/make_grpc_models.py", "/models"],
-    ):
-        ran = containers.run(command, volumes=volumes, timeout=300)
-        assert ran.exit_code == 0, ran.stderr
-    export_classify_regress(containers, root)
 
 
 @pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("grpc-library")
-    make_library(containers, root)
-    (root / "models.config").write_text(CONFIG)
-    return root
-
-
-@contextmanager
-def server_container(
-    containers: Containers,
-    models: Path,
-    command: Sequence[str],
-    *,
-    volumes: dict[str, dict[str, str]] | None = None,
-    **options: Any,
-) -> Iterator[Server]:
-    """A server running `command` on `models` (at /models, read-only) under --cpus 1, REST's
-    port published on the host; started, not waited for; removed at the end.
-
-    `volumes`: more mounts; `options`: more of docker's run options (e.g. mem_limit).
-    """
-    container = containers.start(
-        list(command),
-        volumes={str(models): {"bind": "/models", "mode": "ro"}, **(volumes or {})},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-        **options,
-    )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        yield Server(containers, container, f"http://127.0.0.1:{port}")
-    finally:
-        remove(container)
-
-
-def wait_ready(server: Server) -> None:
-    """Until /readyz answers 200 (the server must keep running meanwhile)."""
-
-    def ready() -> bool:
-        server.container.reload()
-        assert server.container.status == "running", server.logs()
-        try:
-            return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
-        except httpx2.TransportError:
-            return False
-
-    assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
-
-
-@contextmanager
-def serving(
-    containers: Containers,
-    models: Path,
-    *args: str,
-    gate: Gate | None = None,
-    **options: Any,
-) -> Iterator[Server]:
-    """A server of `models` under --cpus 1 (`gate`: mounted at /gates), ready.
-
-    `options`: more of docker's run options (e.g. mem_limit).
-    """
-    command = ["serve", "--wait-for-model", "60", *args]
-    volumes = gate.volume if gate else None
-    with server_container(containers, models, command, volumes=volumes, **options) as server:
-        wait_ready(server)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(containers: Containers, library: Path) -> Iterator[Server]:
-    with serving(containers, library, "--model_config_file=/models/models.config") as running:
+def server(servers: ServerPool) -> Iterator[Server]:
+    # The module's own: test_handle_reload_config_request (last) changes what it serves.
+    with servers.private(spec()) as running:
         yield running
-
-
-def x_tensor(*values: float, dtype: str = "float32") -> dict[str, Any]:
-    return {"values": list(values), "dtype": dtype}
-
-
-def gated(name: str, x: float = 1.0, **op: Any) -> dict[str, Any]:
-    """A predict of gated/1 that stays in flight until the test opens gate `name`."""
-    gate = {"values": Gate.path(name), "dtype": "bytes"}
-    return {"op": "predict", "model": "gated", "inputs": {"x": x_tensor(x), "gate": gate}, **op}
 
 
 def test_every_rpc_answers_as_tf_serving_does(server: Server) -> None:
@@ -541,15 +393,11 @@ def test_handle_reload_config_request(server: Server) -> None:
     ), empty_specific
 
 
-def test_400_concurrent_predicts_are_all_answered_correctly(
-    containers: Containers, library: Path
-) -> None:
+def test_400_concurrent_predicts_are_all_answered_correctly(servers: ServerPool) -> None:
     # The admission limit (32 per worker by default) is raised so that all 400
     # are admitted: this test is about correctness under concurrency; the
     # limit has its own test below.
-    with serving(
-        containers, library, "--model_config_file=/models/models.config", "--max-queue", "512"
-    ) as server:
+    with servers.private(spec("--max-queue", "512")) as server:
         (result,) = server.grpc({"op": "predict_many", "model": "plus", "n": 400, "x0": 1000})
     answers = result["answers"]
     assert len(answers) == 400
@@ -558,7 +406,7 @@ def test_400_concurrent_predicts_are_all_answered_correctly(
 
 
 def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, tmp_path: Path
 ) -> None:
     """One worker, one admission slot, a 1 s timeout; on any CPU.
 
@@ -570,10 +418,9 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
     server to be idle (a metric), not for a guessed time.
     """
     gate = Gate(tmp_path / "gates")
-    with serving(
-        containers, library, "--model_config_file=/models/models.config",
-        "--workers", "1", "--max-queue", "1", "--request-timeout", "1", gate=gate,
-    ) as server:  # fmt: skip
+    with servers.private(
+        spec("--workers", "1", "--max-queue", "1", "--request-timeout", "1", gate=gate)
+    ) as server:
         crowd = [{"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0)}}] * 8
         first, together = server.grpc(gated("held"), {"op": "parallel", "ops": crowd})
         still_running = server.metric("serving_predict_in_flight")
@@ -593,9 +440,7 @@ def test_overload_is_resource_exhausted_and_timeouts_deadline_exceeded(
     assert deadline["code"] == "DEADLINE_EXCEEDED"
 
 
-def test_streams_that_send_no_message_lock_nobody_out(
-    containers: Containers, library: Path
-) -> None:
+def test_streams_that_send_no_message_lock_nobody_out(servers: ServerPool) -> None:
     """64 Predict calls that open a stream and never send their message, twice --max-queue.
 
     They used to hold every admission place until their client went away:
@@ -607,10 +452,7 @@ def test_streams_that_send_no_message_lock_nobody_out(
     and the deadline: the others get in while the stalled calls are open, on
     any CPU; the bounds (15 s to get in, 90 s for the rest) only say it happens.
     """
-    with serving(
-        containers, library, "--model_config_file=/models/models.config",
-        "--max-queue", "32", "--request-timeout", "20",
-    ) as server:  # fmt: skip
+    with servers.private(spec("--max-queue", "32", "--request-timeout", "20")) as server:
         (stall,) = server.grpc(
             {"op": "stall", "streams": 64, "admitted": 32, "within": 15, "wait": 90}
         )
@@ -635,7 +477,7 @@ def test_streams_that_send_no_message_lock_nobody_out(
 
 
 def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
     """A call in flight at SIGTERM is answered before the server exits; on any CPU.
 
@@ -644,54 +486,63 @@ def test_health_follows_loading_and_sigterm_drains_calls_in_flight(
     the test open its gate. A call sized in loop steps could end before the
     signal on a fast CPU, and the drain would have nothing to wait for.
     """
-    models = tmp_path / "models"
-    (models / "gated").mkdir(parents=True)
-    models.chmod(0o777)
+    models = model_library.tree(tmp_path / "models", {})
+    (models / "gated").mkdir()
     (models / "gated").chmod(0o777)
     gate = Gate(tmp_path / "gates")
-    command = ["serve", "--model_name=gated", "--grace-period", "30"]
-    with server_container(containers, models, command, volumes=gate.volume) as server:
+    command = ServerSpec(
+        args=("serve", "--model_name=gated", "--grace-period", "30"),
+        volumes=gate_volume(gate),
+        ready=False,
+    )
+    with (
+        servers.private(command, models) as server,
+        ThreadPoolExecutor(1) as pool,
+        gate.shut("drain"),  # opened at the end also if the test fails
+    ):
         container = server.container
         listening = "gRPC (TF Serving's PredictionService"
         assert poll(lambda: listening in server.logs(), READY_TIMEOUT, 0.25), server.logs()
         # No version on disk yet: loading.
         loading = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
         assert [r["response"] for r in loading] == [{"status": "NOT_SERVING"}] * 2
-        staged = models / "gated" / ".staged-1"
-        shutil.copytree(library / "gated" / "1", staged)
+        staged = model_library.copy("grpc/gated/1", models / "gated" / ".staged-1")
         staged.rename(models / "gated" / "1")
         # Health is asked once the version is loaded (REST's status says so),
-        # not after however long a sidecar takes to start.
+        # not after however long a sidecar takes to start; the server refreshes it
+        # from its models' state every 0.2 s (grpc/health.py's HEALTH_EVERY), so it
+        # is asked until it follows (the sidecar is up already: no start hides the lag).
         assert poll(lambda: server.state("gated") == "AVAILABLE", 120, 0.1), server.logs()
-        ready = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
-        assert [r["response"] for r in ready] == [{"status": "SERVING"}] * 2, server.logs()
+
+        def health() -> list[dict[str, Any]]:
+            answers = server.grpc({"op": "health"}, {"op": "health", "service": "gated"})
+            return [r["response"] for r in answers]
+
+        serving = [{"status": "SERVING"}] * 2
+        assert poll(lambda: health() == serving, 30, 0.1), (health(), server.logs())
 
         # A health watch and a held predict are in flight when SIGTERM comes.
         held = gated("drain", x=7.0, timeout=300)
-        operations = [{"op": "parallel", "ops": [{"op": "watch", "seconds": 120}, held]}]
-        client = containers.start(
-            ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(operations)],
-            network_mode=f"container:{container.id}",
-            volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
-        )
-        try:
-            in_flight = lambda: server.metric("serving_predict_in_flight") == 1  # noqa: E731
-            assert poll(in_flight, 120, 0.05), server.logs()
-            sent = time.monotonic()
-            container.kill(signal="SIGTERM")
-            draining = lambda: "received SIGTERM: draining" in server.logs()  # noqa: E731
-            assert poll(draining, 60, 0.05), server.logs()
-            container.reload()
-            waited = container.status  # the held call keeps the server up
-            gate.open("drain")
-            ran = wait(client, 120)
-        finally:
-            remove(client)
+        operations = {"op": "parallel", "ops": [{"op": "watch", "seconds": 120}, held]}
+        client = pool.submit(server.grpc, operations)
+
+        def in_flight() -> bool:
+            return server.metric("serving_predict_in_flight") == 1
+
+        assert poll(lambda: client.done() or in_flight(), 120, 0.05), server.logs()
+        assert in_flight(), server.logs()
+        sent = time.monotonic()
+        container.kill(signal="SIGTERM")
+        draining = lambda: "received SIGTERM: draining" in server.logs()  # noqa: E731
+        assert poll(draining, 60, 0.05), server.logs()
+        container.reload()
+        waited = container.status  # the held call keeps the server up
+        gate.open("drain")
+        (answers,) = client.result(timeout=120)
         stopped = wait(container, 60)
         drained_in = time.monotonic() - sent
     assert waited == "running"
-    assert ran.exit_code == 0, ran.stderr
-    watch, answer = json.loads(ran.stdout.strip().splitlines()[-1])[0]["results"]
+    watch, answer = answers["results"]
     assert (answer["code"], answer["outputs"]) == ("OK", {"y": [7.0]}), answer
     assert watch["seen"] == ["SERVING", "NOT_SERVING"], watch
     assert stopped.exit_code == 0, stopped.stderr

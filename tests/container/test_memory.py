@@ -7,11 +7,11 @@ container's kernel kill the server (OOMKilled, exit 137); with it the server
 answers the documented error, and then a good request, and the container
 was neither OOM-killed nor restarted.
 
-Models (in the image): plus/1 (make_models.py: float x [batch] -> x + 1),
-examples/1 (make_models.py --kind classify_regress), mlp/1
-(make_batch_models.py), huge_warmup/1 (plus, with a warm-up record whose
-shape asks for 8 GiB). gRPC calls come from TF Serving's own stubs in a
-sidecar (grpc_client.py).
+Models (from the model library, harness/models.py): plus/1 (make_models.py:
+float x [batch] -> x + 1), examples/1 (make_models.py --kind
+classify_regress), mlp/1 (make_batch_models.py), huge_warmup/1 (plus, with a
+warm-up record whose shape asks for 8 GiB). gRPC calls come from TF Serving's
+own stubs in a sidecar (grpc_client.py, harness/clients.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import select
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,12 @@ import pytest
 from docker.models.containers import Container
 
 from harness.docker import Containers, poll, wait
+from harness.models import ModelLibrary
+from harness.servers import ModelSource, Server, ServerPool, ServerSpec, serve
 from tests.container.examples import BODY
 from tests.container.gates import OPEN, Gate
-from tests.container.test_classify_regress import export_classify_regress
-from tests.container.test_grpc import Server, serving
+from tests.container.grpc_models import gate_volume
 
-HERE = Path(__file__).resolve().parent
 #: The containers' memory (and memory + swap: no swap). The idle server takes
 #: about 230 MB of it; each request below asks for several GB unbounded.
 MEMORY = "1g"
@@ -55,25 +54,23 @@ BODY_LIMIT = 8 * 1024 * 1024  # --max-body-bytes' default
 EXPANSION_LIMIT = 8 * BODY_LIMIT
 
 
-@pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("memory-library")
-    root.chmod(0o777)
-    volumes = {
-        str(root): {"bind": "/models", "mode": "rw"},
-        str(HERE): {"bind": "/t", "mode": "ro"},
-    }
-    for command in (
-        ["python", "/t/make_models.py", "/models/plus", "1"],
-        ["python", "/t/make_models.py", "/models/huge_warmup", "1", "--warmup", "1",
-         "--huge-warmup"],
-        ["python", "/t/make_batch_models.py", "/models"],
-    ):  # fmt: skip
-        ran = containers.run(command, volumes=volumes, timeout=300)
-        assert ran.exit_code == 0, ran.stderr
-    export_classify_regress(containers, root)
-    (root / "models.config").write_text(CONFIG)
-    return root
+MODELS: dict[str, ModelSource] = {
+    "plus": ("plus", (1,)),
+    "examples": "examples",
+    "mlp": "batch/mlp",
+}
+
+
+def limited(*args: str, gate: Gate | None = None, memory: str = MEMORY) -> ServerSpec:
+    """A server of MODELS (CONFIG) with `args` under `memory` with swap off."""
+    return serve(
+        "--model_config_file=/models/models.config",
+        *args,
+        models=MODELS,
+        files={"models.config": CONFIG},
+        volumes=gate_volume(gate) if gate else (),
+        options=(("mem_limit", memory), ("memswap_limit", memory)),
+    )
 
 
 def survived(server: Server) -> None:
@@ -115,9 +112,8 @@ def peak_memory(container: Container) -> int:
 
 
 @pytest.fixture(scope="module")
-def server(containers: Containers, library: Path) -> Iterator[Server]:
-    with serving(containers, library, "--model_config_file=/models/models.config", **LIMITED) as s:
-        yield s
+def server(servers: ServerPool) -> Server:
+    return servers.shared(limited())
 
 
 def huge_tensor(dtype: str, dims: list[int], **values: Any) -> dict[str, Any]:
@@ -325,25 +321,26 @@ def write_random(path: Path, size: int) -> None:
 
 
 def test_a_gigabyte_of_garbage_as_a_graph_fails_its_version_and_version_1_serves(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
     """A 1 GiB saved_model.pb of random bytes dropped in as version 2, under a 1.5 GB
     limit: version 2 is END with DATA_LOSS naming the file, its size and
     --max-graph-bytes, without a byte of it read; version 1 still answers, and the
     container was not OOM-killed (it was, exit 137, taking version 1 with it)."""
     models = tmp_path / "models"
-    shutil.copytree(library / "plus" / "1", models / "plus" / "1")
+    model_library.copy("plus", models / "plus", versions=(1,))
     staged = models / "plus" / ".staged-2"
     staged.mkdir()
     for path in (models, models / "plus", models / "plus" / "1", staged):
         path.chmod(0o777)
     try:
         write_random(staged / "saved_model.pb", GIB)
-        with serving(
-            containers, models, "--model_name=plus", "--model_base_path=/models/plus",
+        spec = serve(
+            "--model_name=plus", "--model_base_path=/models/plus",
             "--file_system_poll_wait_seconds=0.5", "--max_num_load_retries=0",
-            mem_limit=LOAD_MEMORY, memswap_limit=LOAD_MEMORY,
-        ) as server:  # fmt: skip
+            options=(("mem_limit", LOAD_MEMORY), ("memswap_limit", LOAD_MEMORY)),
+        )  # fmt: skip
+        with servers.private(spec, models) as server:
             staged.rename(models / "plus" / "2")
 
             def version_2() -> dict[str, Any] | None:
@@ -384,8 +381,11 @@ def test_a_gigabyte_of_garbage_as_a_graph_fails_its_version_and_version_1_serves
 # -- warm-up records are requests too
 
 
-def test_a_warmup_record_cannot_ask_for_gigabytes(containers: Containers, library: Path) -> None:
+def test_a_warmup_record_cannot_ask_for_gigabytes(
+    containers: Containers, model_library: ModelLibrary, tmp_path: Path
+) -> None:
     """Its version fails to load, with the reason; the server does not die of it."""
+    models = model_library.tree(tmp_path / "models", {"huge_warmup": "huge_warmup"})
     with containers.started(
         # No load retries (TF Serving's default retries 5 times a minute apart).
         [
@@ -394,7 +394,7 @@ def test_a_warmup_record_cannot_ask_for_gigabytes(containers: Containers, librar
             "--model_base_path=/models/huge_warmup",
             "--max_num_load_retries=0",
         ],
-        volumes={str(library): {"bind": "/models", "mode": "ro"}},
+        volumes={str(models): {"bind": "/models", "mode": "ro"}},
         nano_cpus=1_000_000_000,
         **LIMITED,
     ) as container:
@@ -437,18 +437,11 @@ def response_of(sock: socket.socket) -> bytes:
     return data
 
 
-def test_bodies_are_read_only_once_admitted(containers: Containers, library: Path) -> None:
+def test_bodies_are_read_only_once_admitted(servers: ServerPool) -> None:
     """With --max-queue 2, two requests whose bodies have not arrived hold both
     places: the next is refused at once, its 8 MB body never read; a body that
     does not arrive within --request-timeout gets 408."""
-    with serving(
-        containers,
-        library,
-        "--model_config_file=/models/models.config",
-        "--max-queue=2",
-        "--request-timeout=20",
-        **LIMITED,
-    ) as server:
+    with servers.private(limited("--max-queue=2", "--request-timeout=20")) as server:
         port = int(server.rest.rsplit(":", 1)[1])
         head = (
             b"POST /v1/models/plus:predict HTTP/1.1\r\nHost: x\r\n"
@@ -508,9 +501,7 @@ def test_a_request_head_cannot_grow_without_bound(server: Server) -> None:
 # -- gRPC: messages are read once admitted
 
 
-def test_grpc_messages_are_read_only_once_admitted(
-    containers: Containers, library: Path, tmp_path: Path
-) -> None:
+def test_grpc_messages_are_read_only_once_admitted(servers: ServerPool, tmp_path: Path) -> None:
     """With --max-queue 1, a call refused at admission never has its message read,
     and a call is admitted before its message is read; on any CPU.
 
@@ -529,11 +520,13 @@ def test_grpc_messages_are_read_only_once_admitted(
                "inputs": {"x": {"values": [1.0]}}, "timeout": 600}  # fmt: skip
     big = {"op": "big", "model": "plus", "floats": 3_000_000}  # 12 MB of float zeros
     newcomer = {"op": "predict", "model": "plus", "inputs": {"x": {"values": [1.0]}}}
-    with serving(
-        containers, library, "--model_config_file=/models/models.config", "--max-queue=1",
-        "--request-timeout=0",  # the gated call runs as long as sidecars take to start
-        gate=gate, **LIMITED,
-    ) as server:  # fmt: skip
+    with servers.private(
+        limited(
+            "--max-queue=1",
+            "--request-timeout=0",  # the gated call runs as long as sidecars take to start
+            gate=gate,
+        )
+    ) as server:
 
         def in_flight() -> bool:
             return server.metric("serving_predict_in_flight") == 1
@@ -575,7 +568,7 @@ def test_grpc_messages_are_read_only_once_admitted(
 # -- REST with batching: many large bodies at once
 
 
-def test_many_large_bodies_at_once_with_batching(containers: Containers, library: Path) -> None:
+def test_many_large_bodies_at_once_with_batching(servers: ServerPool) -> None:
     """24 clients at once, each with a 4 MB body of 2 million numbers.
 
     With batching every admitted request has a thread; unbounded, each parsed
@@ -586,14 +579,12 @@ def test_many_large_bodies_at_once_with_batching(containers: Containers, library
     values = 2_000_000
     body = b'{"inputs": {"x": [' + b",".join([b"0"] * (values - 1) + [b"1"]) + b"]}}"
     assert 4_000_000 < len(body) < 4 * 1024 * 1024
-    with serving(
-        containers,
-        library,
-        "--model_config_file=/models/models.config",
-        "--enable_batching",
-        "--max-body-bytes=4194304",
-        "--request-timeout=0",  # they take turns: however long that takes on this machine
-        **LIMITED,
+    with servers.private(
+        limited(
+            "--enable_batching",
+            "--max-body-bytes=4194304",
+            "--request-timeout=0",  # they take turns: however long that takes on this machine
+        )
     ) as server:
         before = peak_memory(server.container)
 

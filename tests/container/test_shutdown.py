@@ -4,12 +4,12 @@ The model (make_gated_models.py) computes until the test creates a file in a
 mounted directory, so a call stays in TensorFlow exactly as long as the test
 needs, whatever the CPU, and leaves a file behind when it starts: the test
 knows whether a call ran at all. gRPC calls come from TF Serving's own stubs
-in a sidecar that shares the server's network namespace (grpc_client.py).
+in a sidecar that shares the server's network namespace (grpc_client.py,
+harness/clients.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -20,16 +20,14 @@ from typing import Any
 
 import httpx2
 import pytest
-from docker.models.containers import Container
 
-from harness.docker import Containers, poll, remove, wait
-from tests.container.test_grpc import READY_TIMEOUT, Server, server_container, wait_ready
+from harness.docker import poll, wait
+from harness.servers import READY_TIMEOUT, Server, ServerPool, ServerSpec
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
 #: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
 EXIT_MARGIN = 1.0
 #: Time the host adds to a stop it measures: the signal through Docker and
@@ -43,20 +41,6 @@ num_batch_threads { value: 1 }
 """
 
 
-@pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gated-library")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_gated_models.py", "/models"],
-        volumes={str(root): {"bind": "/models", "mode": "rw"}, str(HERE): {"bind": "/t"}},
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    (root / "tight.txt").write_text(TIGHT)
-    return root
-
-
 @pytest.fixture
 def gate(tmp_path: Path) -> Path:
     """The directory the model watches (/gate), writable by the image's user."""
@@ -66,12 +50,20 @@ def gate(tmp_path: Path) -> Path:
     return path
 
 
+def spec(gate: Path, *args: str, ready: bool = True) -> ServerSpec:
+    """A server of gated/1 (make_gated_models.py) with `args`, `gate` at /gate."""
+    return ServerSpec(
+        args=("serve", "--model_name=gated", "--model_base_path=/models/gated", *args),
+        models=(("gated", "gated/gated"),),
+        files=(("tight.txt", TIGHT),),
+        volumes=((str(gate), "/gate", "rw"),),
+        ready=ready,
+    )
+
+
 @contextmanager
-def gated_server(containers: Containers, library: Path, gate: Path, *args: str) -> Iterator[Server]:
-    command = ["serve", "--model_name=gated", "--model_base_path=/models/gated", *args]
-    volumes = {str(gate): {"bind": "/gate", "mode": "rw"}}
-    with server_container(containers, library, command, volumes=volumes) as server:
-        wait_ready(server)
+def gated_server(servers: ServerPool, gate: Path, *args: str) -> Iterator[Server]:
+    with servers.private(spec(gate, *args)) as server:
         yield server
 
 
@@ -95,52 +87,30 @@ def grpc_predict(keys: list[str], timeout: float = 120) -> dict[str, Any]:
     }
 
 
-def start_grpc_client(server: Server, *operations: dict[str, Any]) -> Container:
-    """The operations in a sidecar, started now; read its answer with grpc_answers()."""
-    return server.containers.start(
-        ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(operations))],
-        network_mode=f"container:{server.container.id}",
-        volumes={str(HERE): {"bind": "/t", "mode": "ro"}},
-    )
-
-
-def grpc_answers(client: Container) -> list[dict[str, Any]]:
-    try:
-        ran = wait(client, 120)
-    finally:
-        remove(client)
-    assert ran.exit_code == 0, ran.stderr
-    answers: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
-    return answers
-
-
 def running(gate: Path, *keys: str) -> bool:
     """Whether calls with these keys have started in TensorFlow."""
     return all((gate / f"ran-{key}").exists() for key in keys)
 
 
 def test_sigterm_cuts_off_calls_at_the_end_of_the_grace_period(
-    containers: Containers, library: Path, gate: Path
+    servers: ServerPool, gate: Path
 ) -> None:
     grace = 2.0
-    with gated_server(
-        containers, library, gate, f"--grace-period={grace:g}", "--workers=2"
-    ) as server, ThreadPoolExecutor(1) as pool:  # fmt: skip
+    with ThreadPoolExecutor(2) as pool, gated_server(
+        servers, gate, f"--grace-period={grace:g}", "--workers=2"
+    ) as server:  # fmt: skip
         rest: Future[tuple[int, Any]] = pool.submit(rest_predict, server, ["rest"])
-        client = start_grpc_client(server, grpc_predict(["grpc"]))
-        try:
-            # Both admitted, at least one computing in TensorFlow (under one
-            # CPU, TensorFlow's one inter-op thread may run them in turn).
-            both = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
-            assert poll(both, 120, 0.05), server.logs()
-            assert poll(lambda: running(gate, "rest") or running(gate, "grpc"), 60, 0.05)
-            sent = time.monotonic()
-            server.container.kill(signal="SIGTERM")
-            stopped = wait(server.container, 60)
-            took = time.monotonic() - sent
-            (grpc,) = grpc_answers(client)
-        finally:
-            remove(client)
+        client = pool.submit(server.grpc, grpc_predict(["grpc"]))
+        # Both admitted, at least one computing in TensorFlow (under one
+        # CPU, TensorFlow's one inter-op thread may run them in turn).
+        both = lambda: server.metric("serving_predict_in_flight") == 2  # noqa: E731
+        assert poll(both, 120, 0.05), server.logs()
+        assert poll(lambda: running(gate, "rest") or running(gate, "grpc"), 60, 0.05)
+        sent = time.monotonic()
+        server.container.kill(signal="SIGTERM")
+        stopped = wait(server.container, 60)
+        took = time.monotonic() - sent
+        (grpc,) = client.result(timeout=120)
         status, body = rest.result(timeout=60)
     # Both calls still compute (the gate never opened): the server answered
     # them itself at the end of the grace period, then exited without them.
@@ -160,34 +130,19 @@ def test_sigterm_cuts_off_calls_at_the_end_of_the_grace_period(
     assert grace - 0.05 <= float(found.group(1)) <= grace + EXIT_MARGIN, found.group(0)
 
 
-def test_without_rest_the_grpc_call_is_cut_off_as_well(
-    containers: Containers, library: Path, gate: Path
-) -> None:
+def test_without_rest_the_grpc_call_is_cut_off_as_well(servers: ServerPool, gate: Path) -> None:
     """gRPC alone (--rest_api_port=0): the same cut-off, the same prompt exit."""
-    container = containers.start(
-        ["serve", "--model_name=gated", "--model_base_path=/models/gated",
-         "--rest_api_port=0", "--grace-period=1"],
-        volumes={
-            str(library): {"bind": "/models", "mode": "ro"},
-            str(gate): {"bind": "/gate", "mode": "rw"},
-        },
-        nano_cpus=1_000_000_000,
-    )  # fmt: skip
-    try:
-        server = Server(containers, container, "")
+    alone = spec(gate, "--rest_api_port=0", "--grace-period=1", ready=False)
+    with ThreadPoolExecutor(1) as pool, servers.private(alone) as server:
+        container = server.container
         assert poll(lambda: "is available" in server.logs(), READY_TIMEOUT, 0.25), server.logs()
-        client = start_grpc_client(server, grpc_predict(["alone"]))
-        try:
-            assert poll(lambda: running(gate, "alone"), 120, 0.05), server.logs()
-            sent = time.monotonic()
-            container.kill(signal="SIGTERM")
-            stopped = wait(container, 60)
-            took = time.monotonic() - sent
-            (grpc,) = grpc_answers(client)
-        finally:
-            remove(client)
-    finally:
-        remove(container)
+        client = pool.submit(server.grpc, grpc_predict(["alone"]))
+        assert poll(lambda: running(gate, "alone"), 120, 0.05), server.logs()
+        sent = time.monotonic()
+        container.kill(signal="SIGTERM")
+        stopped = wait(container, 60)
+        took = time.monotonic() - sent
+        (grpc,) = client.result(timeout=120)
     assert stopped.exit_code == 0, stopped.stderr
     assert took < 1 + EXIT_MARGIN + DOCKER_SLACK, (took, stopped.stderr)
     assert grpc["code"] == "UNAVAILABLE", grpc
@@ -197,10 +152,10 @@ def test_without_rest_the_grpc_call_is_cut_off_as_well(
 
 
 def test_docker_stop_with_its_default_timeout_never_kills_the_server(
-    containers: Containers, library: Path, gate: Path
+    servers: ServerPool, gate: Path
 ) -> None:
     """The default --grace-period (8 s) plus the margin ends before Docker's 10 s."""
-    with gated_server(containers, library, gate) as server, ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(1) as pool, gated_server(servers, gate) as server:
         rest = pool.submit(rest_predict, server, ["forever"])
         assert poll(lambda: running(gate, "forever"), 120, 0.05), server.logs()
         sent = time.monotonic()
@@ -216,27 +171,23 @@ def test_docker_stop_with_its_default_timeout_never_kills_the_server(
 
 
 def test_a_call_that_runs_alone_is_withdrawn_when_its_deadline_passes_while_waiting(
-    containers: Containers, library: Path, gate: Path
+    servers: ServerPool, gate: Path
 ) -> None:
     """With batching, a request larger than max_batch_size runs alone, at most
     num_batch_threads (1) at once; one waiting for its turn past its deadline
     gets 504 / DEADLINE_EXCEEDED, never runs, and frees its admission slot."""
-    with gated_server(
-        containers, library, gate,
+    with ThreadPoolExecutor(2) as pool, gated_server(
+        servers, gate,
         "--enable_batching", "--batching_parameters_file=/models/tight.txt",
         "--request-timeout=1",
-    ) as server, ThreadPoolExecutor(2) as pool:  # fmt: skip
+    ) as server:  # fmt: skip
         # Two rows, above max_batch_size 1: runs alone, and computes until
         # the test opens its gate (its client gets 504 after 1 s).
         first = pool.submit(rest_predict, server, ["a", "a"])
         assert poll(lambda: running(gate, "a"), 120, 0.05), server.logs()
         # Two more calls that run alone must wait for it.
         second = pool.submit(rest_predict, server, ["b", "b"])
-        client = start_grpc_client(server, grpc_predict(["c", "c"], timeout=30))
-        try:
-            (third,) = grpc_answers(client)
-        finally:
-            remove(client)
+        (third,) = server.grpc(grpc_predict(["c", "c"], timeout=30))
         status, body = second.result(timeout=60)
         assert (status, body) == (504, {"error": "Request timed out after 1 s (--request-timeout)"})
         assert (third["code"], third["message"]) == (

@@ -11,9 +11,6 @@ plain HTTP.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,9 @@ import httpx2
 import pytest
 
 from harness.docker import Containers
-from tests.container.test_grpc import HERE, Server, server_container, wait_ready, x_tensor
+from harness.models import ModelLibrary
+from harness.servers import Server, ServerPool, ServerSpec, serve
+from tests.container.grpc_models import x_tensor
 from tests.tls_certs import Certs, make_certs, ssl_config_text
 
 IMAGE_FLAVORS = ("cpu",)
@@ -48,19 +47,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Certs, Path]:
 
 
 @pytest.fixture(scope="module")
-def models(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("tls-models")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_models.py", "/models/plus", "1"],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    return root
+def models(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_library.tree(tmp_path_factory.mktemp("tls-models"), {"plus": ("plus", (1,))})
 
 
 def mounts(folder: Path) -> dict[str, dict[str, str]]:
@@ -81,52 +69,33 @@ def tls(*ops: dict[str, Any], client: str = "", ca: str = "ca", **more: Any) -> 
     return op
 
 
-@contextmanager
-def serving(containers: Containers, models: Path, folder: Path, *args: str) -> Iterator[Server]:
-    """A server of plus/1 with `args`, /config and /sock mounted, ready."""
-    command = ["serve", "--wait-for-model", "60", "--model_name=plus",
-               "--model_base_path=/models/plus", *args]  # fmt: skip
-    with server_container(containers, models, command, volumes=mounts(folder)) as server:
-        wait_ready(server)
-        yield server
+def spec(folder: Path, *args: str) -> ServerSpec:
+    """A server of plus/1 with `args`; /config and /sock mounted in it and in its gRPC
+    sidecar, with the PEM files at /certs (where the clients read them)."""
+    volumes = {**mounts(folder), str(folder / "certs"): {"bind": CERTS, "mode": "ro"}}
+    return serve(
+        "--model_name=plus",
+        "--model_base_path=/models/plus",
+        *args,
+        models={"plus": ("plus", (1,))},
+        volumes=tuple((host, m["bind"], m["mode"]) for host, m in volumes.items()),
+    )
 
 
 STATUS = {"op": "status", "model": "plus"}
 PREDICT = {"op": "predict", "model": "plus", "inputs": {"x": x_tensor(1.0, 2.5)}}
 
 
-def calls(server: Server, folder: Path, *ops: dict[str, Any]) -> list[dict[str, Any]]:
-    """`ops` from a sidecar (TF Serving's stubs) in the server's network namespace, with
-    the PEM files at /certs and the socket's folder at /sock."""
-    ran = server.containers.run(
-        ["python", "/t/grpc_client.py", "127.0.0.1:8500", json.dumps(list(ops))],
-        network_mode=f"container:{server.container.id}",
-        volumes={
-            str(HERE): {"bind": "/t", "mode": "ro"},
-            str(folder / "certs"): {"bind": CERTS, "mode": "ro"},
-            str(folder / "sock"): {"bind": "/sock", "mode": "rw"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
-    return results
-
-
 @pytest.fixture(scope="module")
-def tls_server(containers: Containers, models: Path, certs: tuple[Certs, Path]) -> Iterator[Server]:
-    _, folder = certs
-    with serving(
-        containers, models, folder,
-        "--ssl_config_file=/config/tls.config", f"--grpc_socket_path={SOCKET}",
-    ) as server:  # fmt: skip
-        yield server
+def tls_server(servers: ServerPool, certs: tuple[Certs, Path]) -> Server:
+    args = ("--ssl_config_file=/config/tls.config", f"--grpc_socket_path={SOCKET}")
+    return servers.shared(spec(certs[1], *args))
 
 
 def test_a_tls_client_trusting_the_ca_is_answered(
     tls_server: Server, certs: tuple[Certs, Path]
 ) -> None:
-    (result,) = calls(tls_server, certs[1], tls(STATUS, PREDICT))
+    (result,) = tls_server.grpc(tls(STATUS, PREDICT))
     status, predict = result["results"]
     assert status["code"] == "OK", status
     assert status["response"]["model_version_status"][0]["state"] == "AVAILABLE"
@@ -138,15 +107,14 @@ def test_a_tls_client_trusting_the_ca_is_answered(
 def test_plaintext_and_untrusting_clients_fail(
     tls_server: Server, certs: tuple[Certs, Path]
 ) -> None:
-    plain, untrusting = calls(tls_server, certs[1], STATUS, tls(STATUS, ca="otherca"))
+    plain, untrusting = tls_server.grpc(STATUS, tls(STATUS, ca="otherca"))
     assert plain["code"] == "UNAVAILABLE", plain
     assert untrusting["results"][0]["code"] == "UNAVAILABLE", untrusting
 
 
 def test_the_socket_has_the_same_tls(tls_server: Server, certs: tuple[Certs, Path]) -> None:
     """TF Serving's server.cc gives the UNIX socket the port's credentials."""
-    secure, plain = calls(
-        tls_server, certs[1],
+    secure, plain = tls_server.grpc(
         tls(STATUS, address=f"unix:{SOCKET}", server_name="localhost"),
         {"op": "via", "address": f"unix:{SOCKET}", "ops": [STATUS]},
     )  # fmt: skip
@@ -161,14 +129,12 @@ def test_rest_stays_plain_http(tls_server: Server) -> None:
 
 
 def test_client_verify_requires_a_certificate_from_the_ca(
-    containers: Containers, models: Path, certs: tuple[Certs, Path]
+    servers: ServerPool, certs: tuple[Certs, Path]
 ) -> None:
-    folder = certs[1]
-    with serving(containers, models, folder, "--ssl_config_file=/config/verify.config") as server:
-        without, stranger, client = calls(
-            server, folder,
-            tls(STATUS), tls(STATUS, client="stranger"), tls(PREDICT, client="client"),
-        )  # fmt: skip
+    with servers.private(spec(certs[1], "--ssl_config_file=/config/verify.config")) as server:
+        without, stranger, client = server.grpc(
+            tls(STATUS), tls(STATUS, client="stranger"), tls(PREDICT, client="client")
+        )
     assert without["results"][0]["code"] == "UNAVAILABLE", without
     assert stranger["results"][0]["code"] == "UNAVAILABLE", stranger
     assert client["results"][0]["code"] == "OK", client

@@ -8,12 +8,16 @@ per operation (v2clients/_common.py describes both). Raw requests (httpx2) cover
 what no client sends: bad datatypes and shapes, a binary header beyond the body,
 a body over --max-body-bytes.
 
-The server runs under --cpus 1 with REST (8501) and gRPC (8500) published on
-127.0.0.1. Models: plus/1 and plus/2 (y = x + V, make_models.py), mixed/1 (FP32,
-INT64, INT32, BYTES and BOOL inputs, each output a known function of one,
-make_v2_models.py), complex/1 (a COMPLEX64 input, which the protocol has no
-datatype for) and, for batching, mlp/1 (make_batch_models.py). Every infer is
-checked against TF Serving's v1 predict of the same input on the same server.
+The server (tests/container/v2_server.py, shared with test_every_answer) runs
+under --cpus 1 with REST (8501) and gRPC (8500) published on 127.0.0.1.
+Models (from the model library): plus/1 and plus/2 (y = x + V,
+make_models.py), mixed/1 (FP32, INT64, INT32, BYTES and BOOL inputs, each
+output a known function of one, make_v2_models.py), complex/1 (a COMPLEX64
+input, which the protocol has no datatype for), datatypes/1 (make_v2_models.py's
+dtypes/1, under another name: test_every_answer's dtypes/1 is the dtype sweep)
+and, for batching, mlp/1 (make_batch_models.py) on a server of its own. Every
+infer is checked against TF Serving's v1 predict of the same input on the same
+server.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import os
 import re
 import struct
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +36,11 @@ from typing import Any
 import httpx2
 import pytest
 
-from harness.docker import REPO, Containers, poll, remove
+from harness.docker import REPO, poll
+from harness.servers import Server, ServerPool, serve
 from tests.container.gates import OPEN, Gate
-from tests.container.test_grpc import Server, serving, wait_ready
+from tests.container.grpc_models import gate_volume
+from tests.container.v2_server import MAX_BODY, SPEC
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -46,15 +51,6 @@ SCRIPTS = HERE / "v2clients"
 CLIENTS_PYTHON = Path(
     os.environ.get("TF_ENTRYPOINT_CLIENTS_PYTHON") or REPO / ".venv-clients" / "bin" / "python"
 )
-MAX_BODY = 65536
-CONFIG = """
-model_config_list {
-  config { name: "plus" base_path: "/models/plus" model_version_policy { all {} } }
-  config { name: "mixed" base_path: "/models/mixed" }
-  config { name: "complex" base_path: "/models/complex" }
-  config { name: "dtypes" base_path: "/models/dtypes" }
-}
-"""
 #: One batch thread, no timeout: requests that arrive while it is busy gather into one batch.
 BATCHING = """
 max_batch_size { value: 8 }
@@ -141,7 +137,7 @@ COMPLEX_METADATA = {
 COMPLEX_REFUSED = "COMPLEX64, which has no Open Inference Protocol equivalent"
 
 
-#: dtypes/1's inputs: every datatype the protocol and TensorFlow share, at the edges
+#: datatypes/1's inputs: every datatype the protocol and TensorFlow share, at the edges
 #: of its range (the model returns each unchanged as NAME_out).
 DTYPES: dict[str, list[Any]] = {
     "BOOL": [True, False],
@@ -162,14 +158,14 @@ DTYPES: dict[str, list[Any]] = {
 
 
 def dtypes(binary: bool, names: list[str]) -> dict[str, Any]:
-    """An infer of dtypes/1 with DTYPES' `names` (the rest left out: the signature
+    """An infer of datatypes/1 with DTYPES' `names` (the rest left out: the signature
     needs them all, so a subset is refused naming the missing ones)."""
     inputs = [
         {"name": name.lower(), "datatype": name, "shape": [2], "data": DTYPES[name],
          "binary": binary}
         for name in names
     ]  # fmt: skip
-    return {"op": "infer", "model": "dtypes", "inputs": inputs}
+    return {"op": "infer", "model": "datatypes", "inputs": inputs}
 
 
 def mixed(binary: bool, **op: Any) -> dict[str, Any]:
@@ -232,46 +228,9 @@ class V2Server:
 
 
 @pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("v2-library")
-    root.chmod(0o777)
-    volumes = {
-        str(root): {"bind": "/models", "mode": "rw"},
-        str(HERE): {"bind": "/t", "mode": "ro"},
-    }
-    for command in (
-        ["python", "/t/make_models.py", "/models/plus", "1", "2"],
-        ["python", "/t/make_v2_models.py", "/models"],
-        ["python", "/t/make_batch_models.py", "/models"],
-    ):
-        ran = containers.run(command, volumes=volumes, timeout=300)
-        assert ran.exit_code == 0, ran.stderr
-    (root / "models.config").write_text(CONFIG)
-    (root / "batching.txt").write_text(BATCHING)
-    return root
-
-
-@pytest.fixture(scope="module")
-def server(containers: Containers, library: Path) -> Iterator[V2Server]:
-    command = [
-        "serve", "--wait-for-model", "60", "--model_config_file=/models/models.config",
-        f"--max-body-bytes={MAX_BODY}",
-    ]  # fmt: skip
-    container = containers.start(
-        command,
-        volumes={str(library): {"bind": "/models", "mode": "ro"}},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None), "8500/tcp": ("127.0.0.1", None)},
-    )
-    try:
-        container.reload()
-        ports = container.attrs["NetworkSettings"]["Ports"]
-        rest = f"http://127.0.0.1:{ports['8501/tcp'][0]['HostPort']}"
-        running = Server(containers, container, rest)
-        wait_ready(running)
-        yield V2Server(running, f"127.0.0.1:{ports['8500/tcp'][0]['HostPort']}")
-    finally:
-        remove(container)
+def server(servers: ServerPool) -> V2Server:
+    running = servers.shared(SPEC)
+    return V2Server(running, running.grpc_address)
 
 
 def by_name(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -596,18 +555,19 @@ def test_rest_bad_requests(server: V2Server) -> None:
 # -- batching -----------------------------------------------------------------------------
 
 
-def test_a_v2_request_batches_with_v1_requests(
-    containers: Containers, library: Path, tmp_path: Path
-) -> None:
+def test_a_v2_request_batches_with_v1_requests(servers: ServerPool, tmp_path: Path) -> None:
     """One batch thread, held by a gated v1 predict until the test opens the gate; a v1 and a
     v2 request of the gated signature queue meanwhile and run as one batch, on any CPU."""
     gate = Gate(tmp_path / "gates")
-    flags = [
+    spec = serve(
         "--model_name=mlp",
         "--enable_batching",
         "--batching_parameters_file=/models/batching.txt",
-    ]
-    with serving(containers, library, *flags, gate=gate) as running:
+        models={"mlp": "batch/mlp"},
+        files={"batching.txt": BATCHING},
+        volumes=gate_volume(gate),
+    )
+    with servers.private(spec) as running:
 
         def v1(x: float) -> httpx2.Response:
             return httpx2.post(
@@ -687,7 +647,7 @@ def test_every_datatype_round_trips_through_tensorflow(server: V2Server, script:
 
 def test_kserve_typed_contents_carry_every_datatype(server: V2Server) -> None:
     """kserve's gRPC client: every datatype with typed contents (signature "typed":
-    dtypes/1 without FP16 and BF16, picked by the signature_name parameter); without
+    datatypes/1 without FP16 and BF16, picked by the signature_name parameter); without
     the parameter the default signature misses those two; one input raw beside
     typed ones is refused (the protocol: raw contents for every input or none)."""
     typed = [name for name in DTYPES if name not in ("FP16", "BF16")]
