@@ -46,7 +46,8 @@ class ServerSpec:
     `models` /models/NAME -> library source (or (source, versions)), `files`
     /models/NAME -> text, `env`, `cpus`, docker `options` (items), `entrypoint`
     (e.g. (MODEL_SERVER,)), `volumes` (host path, bind, mode) mounted in the
-    server and its gRPC sidecar, `ready` (wait for /readyz)."""
+    server and its gRPC sidecar, `ready` (wait for /readyz), `rest_port` (the
+    container's REST port, published on 127.0.0.1: 8501 unless the args say another)."""
 
     args: tuple[str, ...] = ()
     models: tuple[tuple[str, ModelSource], ...] = ()
@@ -58,6 +59,7 @@ class ServerSpec:
     volumes: tuple[tuple[str, str, str], ...] = ()
     models_mode: str = "ro"
     ready: bool = True
+    rest_port: int = 8501
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
@@ -180,13 +182,13 @@ def started(
         list(spec.args),
         volumes={**volumes, **extra},
         nano_cpus=int(spec.cpus * 1e9),
-        ports={"8501/tcp": ("127.0.0.1", None)},
+        ports={f"{spec.rest_port}/tcp": ("127.0.0.1", None)},
         **options,
     )
     sidecar = GrpcSidecar(containers, container, extra, workdir)
     try:
         container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
+        port = container.attrs["NetworkSettings"]["Ports"][f"{spec.rest_port}/tcp"][0]["HostPort"]
         server = Server(containers, container, f"http://127.0.0.1:{port}", models, sidecar, spec)
         if spec.ready:
             server.wait_ready()
