@@ -47,7 +47,9 @@ class ServerSpec:
     /models/NAME -> text, `env`, `cpus`, docker `options` (items), `entrypoint`
     (e.g. (MODEL_SERVER,)), `volumes` (host path, bind, mode) mounted in the
     server and its gRPC sidecar, `ready` (wait for /readyz), `publish_grpc`
-    (gRPC's port on 127.0.0.1 too, for clients on the host: Server.grpc_address)."""
+    (gRPC's port on 127.0.0.1 too, for clients on the host: Server.grpc_address),
+    `rest_port` (the container's REST port, published on 127.0.0.1: 8501 unless
+    the args say another)."""
 
     args: tuple[str, ...] = ()
     models: tuple[tuple[str, ModelSource], ...] = ()
@@ -60,6 +62,7 @@ class ServerSpec:
     models_mode: str = "ro"
     ready: bool = True
     publish_grpc: bool = False
+    rest_port: int = 8501
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
@@ -180,7 +183,7 @@ def started(
         options["entrypoint"] = list(spec.entrypoint)
     if spec.env:
         options["environment"] = dict(spec.env)
-    ports = {"8501/tcp": ("127.0.0.1", None)}
+    ports = {f"{spec.rest_port}/tcp": ("127.0.0.1", None)}
     if spec.publish_grpc:
         ports["8500/tcp"] = ("127.0.0.1", None)
     container = containers.start(
@@ -194,7 +197,7 @@ def started(
     try:
         container.reload()
         published = container.attrs["NetworkSettings"]["Ports"]
-        port = published["8501/tcp"][0]["HostPort"]
+        port = published[f"{spec.rest_port}/tcp"][0]["HostPort"]
         server = Server(containers, container, f"http://127.0.0.1:{port}", models, sidecar, spec)
         if spec.publish_grpc:
             server.grpc_address = f"127.0.0.1:{published['8500/tcp'][0]['HostPort']}"

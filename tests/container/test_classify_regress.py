@@ -1,73 +1,41 @@
 """TF Serving's Classify and Regress over REST, on a real SavedModel in the image.
 
-The model is a TF1-style export made in the image by make_models.py
-(--kind classify_regress): its signatures read tf.Example features "x" and
-"y" (default 0). Expected answers are computed here in float32 from the
-inputs, not read from the server; errors are TF Serving's messages.
-:func:`export_classify_regress` is the way to make that model for other tests
-(gRPC Classify/Regress use the same one).
+The model is the model library's "examples_warm", a TF1-style export made in
+the image by make_models.py (--kind classify_regress --warmup 2): its
+signatures read tf.Example features "x" and "y" (default 0). Signatures
+(make_models.py says more): "classify" (classes ["sum", "difference"], scores
+[x + y, x - y]), "regress" (2x + y + V), the same under method predict as
+"regress_native", "scores_only" (scores [x, y], no classes), "bad_scores" (a
+[batch] scores output), "serving_default" (predict: float "x" -> "y" = 2x + V).
+Expected answers are computed here in float32 from the inputs, not read from
+the server; errors are TF Serving's messages. tests/container/examples.py
+holds the facts the gRPC tests of the same model share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.docker import Containers
+from harness.servers import Server, ServerPool, serve
 from tests.container.examples import BODY, f32
-from tests.container.test_serving_versions import Server, serving
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
 MODEL = "examples"
 
 
-def export_classify_regress(
-    containers: Containers, root: Path, versions: Sequence[int] = (1,), warmup: int = 0
-) -> Path:
-    """Write the classify/regress model's `versions` to root/examples (in the image).
-
-    Signatures (make_models.py says more): "classify" (classes ["sum",
-    "difference"], scores [x + y, x - y]), "regress" (2x + y + V), the same
-    under method predict as "regress_native", "scores_only" (scores [x, y], no
-    classes), "bad_scores" (a [batch] scores output), "serving_default"
-    (predict: float "x" -> "y" = 2x + V). `warmup` adds that many classify,
-    regress and multi_inference warm-up records. Returns the model's directory.
-    """
-    root.chmod(0o777)
-    ran = containers.run(
-        [
-            "python",
-            "/t/make_models.py",
-            f"/models/{MODEL}",
-            *(str(v) for v in versions),
-            "--kind",
-            "classify_regress",
-            "--warmup",
-            str(warmup),
-        ],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    return root / MODEL
-
-
 @pytest.fixture(scope="module")
-def server(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    models = tmp_path_factory.mktemp("classify")
-    export_classify_regress(containers, models, warmup=2)
-    with serving(containers, models, "--model-name", MODEL) as running:
-        yield running
+def server(servers: ServerPool) -> Server:
+    """The library's examples_warm (2 warm-up records of each kind) as "examples"; the
+    tests only read it: the pool's shared server."""
+    return servers.shared(serve("--model-name", MODEL, models={MODEL: "examples_warm"}))
 
 
 def ok(server: Server, path: str, body: dict[str, Any]) -> Any:
@@ -167,3 +135,35 @@ def test_a_missing_signature(server: Server) -> None:
     assert error(server, f"/v1/models/{MODEL}:classify", body) == (
         "No signature was found with the name: nope"
     )
+
+
+# --- for test_grpc.py and test_memory.py until they take the model library's "examples"
+
+
+def export_classify_regress(
+    containers: Containers, root: Path, versions: Sequence[int] = (1,), warmup: int = 0
+) -> Path:
+    """Write the classify/regress model's `versions` to root/examples (in the image);
+    `warmup` adds that many classify, regress and multi_inference warm-up records.
+    Returns the model's directory. (The model library has them: "examples",
+    "examples_warm"; this goes once no module calls it.)"""
+    root.chmod(0o777)
+    ran = containers.run(
+        [
+            "python",
+            "/t/make_models.py",
+            f"/models/{MODEL}",
+            *(str(v) for v in versions),
+            "--kind",
+            "classify_regress",
+            "--warmup",
+            str(warmup),
+        ],
+        volumes={
+            str(root): {"bind": "/models", "mode": "rw"},
+            str(Path(__file__).resolve().parent): {"bind": "/t", "mode": "ro"},
+        },
+        timeout=300,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    return root / MODEL

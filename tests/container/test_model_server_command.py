@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import docker
-import httpx2
 import pytest
 
-from harness.docker import Containers, poll, remove
-from tests.container.test_grpc import grpc_sidecar
+from harness.docker import Containers
+from harness.models import ModelLibrary
+from harness.servers import MODEL_SERVER, ServerPool, ServerSpec
 from tf_entrypoint.tfserving import rest_api_threads
 
-HERE = Path(__file__).resolve().parent
-SERVER = "/usr/bin/tensorflow_model_server"
-READY_TIMEOUT = 180
 ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}
 #: KServe's TensorFlow ServingRuntime: its command and args, verbatim.
 KSERVE = [
@@ -39,20 +36,10 @@ KSERVE = [
 
 
 @pytest.fixture(scope="module")
-def model(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model directory as KServe mounts it: VERSION/saved_model.pb (y = x + 1)."""
-    root = tmp_path_factory.mktemp("kserve")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_models.py", "/models/flowers", "1"],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    return root / "flowers"
+def model(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model directory as KServe mounts it: VERSION/saved_model.pb (y = x + 1: the
+    library's plus/1)."""
+    return model_library.copy("plus", tmp_path_factory.mktemp("kserve") / "flowers", [1])
 
 
 def logs(container: Any) -> str:
@@ -66,44 +53,25 @@ def read_in(container: Any, path: str) -> bytes:
     return output
 
 
-def test_kserves_command_plans_then_serves(containers: Containers, model: Path) -> None:
-    container = containers.start(
-        KSERVE,
-        entrypoint=[SERVER],
-        volumes={str(model): {"bind": "/mnt/models", "mode": "ro"}},
-        ports={"8080/tcp": ("127.0.0.1", None)},
-        **ONE_CPU,
+def test_kserves_command_plans_then_serves(servers: ServerPool, model: Path) -> None:
+    spec = ServerSpec(
+        args=tuple(KSERVE),
+        entrypoint=(MODEL_SERVER,),
+        volumes=((str(model), "/mnt/models", "ro"),),
+        rest_port=8080,
     )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"]
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            container.reload()
-            assert container.status == "running", logs(container)
-            try:
-                return httpx2.get(f"{url}/readyz", timeout=10).status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), logs(container)
-        answer = httpx2.post(
-            f"{url}/v1/models/flowers:predict", json={"instances": [1.0, 2.0]}, timeout=30
-        )
+    # The test stops it: its own.
+    with servers.private(spec) as server:
+        container = server.container
+        answer = server.post("/v1/models/flowers:predict", {"instances": [1.0, 2.0]})
         assert answer.status_code == 200, answer.text
         assert answer.json() == {"predictions": [2.0, 3.0]}
-        status = httpx2.get(f"{url}/v1/models/flowers", timeout=10).json()
-        assert status["model_version_status"][0]["state"] == "AVAILABLE"
+        assert server.states("flowers") == {1: "AVAILABLE"}
         # KServe's grpc-v1 on --port=9000, with TF Serving's own stubs.
-        predict, metadata, health = grpc_sidecar(
-            containers,
-            container,
-            [
-                {"op": "predict", "model": "flowers", "inputs": {"x": {"values": [1.0, 2.0]}}},
-                {"op": "metadata", "model": "flowers"},
-                {"op": "health"},
-            ],
+        predict, metadata, health = server.grpc(
+            {"op": "predict", "model": "flowers", "inputs": {"x": {"values": [1.0, 2.0]}}},
+            {"op": "metadata", "model": "flowers"},
+            {"op": "health"},
             address="127.0.0.1:9000",
         )
         assert predict["outputs"] == {"y": [2.0, 3.0]}, predict
@@ -123,14 +91,12 @@ def test_kserves_command_plans_then_serves(containers: Containers, model: Path) 
         # PID 1 without tini still drains and exits 0 on SIGTERM.
         container.stop(timeout=20)
         assert container.wait(timeout=30)["StatusCode"] == 0, logs(container)
-    finally:
-        remove(container)
 
 
 def test_thread_flags_become_the_plan(containers: Containers) -> None:
     ran = containers.run(
         ["--tensorflow_intra_op_parallelism=2", "--tensorflow_session_parallelism=3", "--version"],
-        entrypoint=[SERVER],
+        entrypoint=[MODEL_SERVER],
         **ONE_CPU,
     )
     assert ran.exit_code == 0, ran.stderr
@@ -160,7 +126,7 @@ def test_thread_flags_become_the_plan(containers: Containers) -> None:
 def test_a_refused_flag_exits_64_naming_it(
     containers: Containers, extra: list[str], named: str
 ) -> None:
-    ran = containers.run([*KSERVE, *extra], entrypoint=[SERVER], **ONE_CPU)
+    ran = containers.run([*KSERVE, *extra], entrypoint=[MODEL_SERVER], **ONE_CPU)
     assert ran.exit_code == 64, ran.stderr
     assert named in ran.stderr
     assert "Traceback" not in ran.stderr
@@ -170,7 +136,7 @@ def test_gpu_memory_fraction_without_a_gpu(containers: Containers) -> None:
     # The plan reads it (floor(share x each GPU's MB)); with no GPU in this
     # container it is ignored with one warning, as TF Serving ignores it.
     flag = "--per_process_gpu_memory_fraction"
-    ran = containers.run([f"{flag}=0.5", "--version"], entrypoint=[SERVER], **ONE_CPU)
+    ran = containers.run([f"{flag}=0.5", "--version"], entrypoint=[MODEL_SERVER], **ONE_CPU)
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout.startswith("TensorFlow ModelServer: tf-entrypoint "), ran.stdout
     warnings = [line for line in ran.stderr.splitlines() if "warning:" in line]
@@ -179,7 +145,7 @@ def test_gpu_memory_fraction_without_a_gpu(containers: Containers) -> None:
     # Together with TF_GPU_MEMORY_ALLOC: a configuration error naming both, GPU or not.
     ran = containers.run(
         [f"{flag}=0.5", "--version"],
-        entrypoint=[SERVER],
+        entrypoint=[MODEL_SERVER],
         environment={"TF_GPU_MEMORY_ALLOC": "0:1024"},
         **ONE_CPU,
     )

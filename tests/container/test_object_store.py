@@ -23,6 +23,7 @@ import httpx2
 import pytest
 
 from harness.docker import Containers, poll, remove
+from harness.models import ModelLibrary
 from tests.object_stores import Emulator, free_port, put_raw, running, stored_keys, upload
 
 IMAGE_FLAVORS = ("cpu",)
@@ -34,20 +35,9 @@ CHECKPOINT_FIRST = ["variables/variables.data-00000-of-00001", "variables/variab
 
 
 @pytest.fixture(scope="module")
-def exports(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Versions 1, 2 and 3 of a model answering y = x + V (tests/container/make_models.py)."""
-    root = tmp_path_factory.mktemp("store-models")
-    root.chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_models.py", "/models/plus", "1", "2", "3"],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(Path(__file__).parent): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    return root / "plus"
+def exports(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Versions 1, 2 and 3 of a model answering y = x + V (the model library's plus)."""
+    return model_library.copy("plus", tmp_path_factory.mktemp("store-models") / "plus")
 
 
 @pytest.fixture(scope="module", params=["s3", "gs"])
@@ -295,8 +285,9 @@ def test_a_copy_left_by_a_killed_server_is_removed(
         victim = started()
         try:
             assert poll(copying, 180, 0.02), victim.logs()
-            victim.container.kill(signal="SIGKILL")
+            # Named before the kill: a server already serving may sweep it at once after.
             (folder,) = set(cache.glob("tfe-cache-*")) - before
+            victim.container.kill(signal="SIGKILL")
             victim.container.wait(timeout=60)
         finally:
             remove(victim.container)

@@ -17,7 +17,8 @@ import docker
 import pytest
 
 from harness.docker import Containers
-from tests.container.test_tfserving_flows import model_server
+from harness.servers import MODEL_SERVER, started
+from tests.container.model_servers import model_server
 
 #: The images this module tests (tests/container/conftest.py): TF Text's image is
 #: built on the CPU image only (the same wheel and path).
@@ -40,15 +41,18 @@ def text_containers(docker_client: docker.DockerClient, image: str, flavor: str)
 
 @pytest.fixture(scope="module")
 def models(text_containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """text/1 (make_text_model.py), exported here: the export needs TF Text, which the
+    image that exports the model library (harness/models.py) does not have."""
     return text_containers.export_models(
         tmp_path_factory.mktemp("text-models"), "make_text_model.py"
     )
 
 
-def test_a_tf_text_model_is_served(text_containers: Containers, models: Path) -> None:
-    with model_server(
-        text_containers, models, "--model_name=text", "--model_base_path=/models/text"
-    ) as server:
+def test_a_tf_text_model_is_served(
+    text_containers: Containers, models: Path, tmp_path: Path
+) -> None:
+    spec = model_server("--model_name=text", "--model_base_path=/models/text")
+    with started(text_containers, spec, models, tmp_path) as server:
         answer = server.post(
             "/v1/models/text:predict",
             {"instances": ["the quick brown fox", "", "  jumps   over  "]},
@@ -81,7 +85,7 @@ def test_without_tf_text_the_load_fails_naming_the_op_and_the_fix(
             "--rest_api_port=0",
             "--max_num_load_retries=0",
         ],
-        entrypoint=["/usr/bin/tensorflow_model_server"],
+        entrypoint=[MODEL_SERVER],
         volumes={str(models): {"bind": "/models", "mode": "ro"}},
         timeout=300,
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,10 @@ import httpx2
 import pytest
 
 from harness.docker import Containers, metric_value
-from tests.container.test_tfserving_flows import ModelServer, model_server, write_config
+from harness.models import ModelLibrary
+from harness.servers import Server, ServerPool
+from tests.container.keras_ways import assert_keras_ways
+from tests.container.model_servers import model_server
 
 HERE = Path(__file__).resolve().parent
 #: Thread counts the tests plan (TensorFlow's own defaults on this machine would
@@ -33,14 +35,24 @@ HERE = Path(__file__).resolve().parent
 INTRA, INTER = 3, 2
 
 
+#: The model library's folders of these exports (make_tfserving_models.py, make_loading_models.py).
+SOURCES = ("tfserving", "loading")
+
+
+def exports(library: ModelLibrary, *names: str) -> dict[str, str]:
+    """/models/NAME -> its library source, for each NAME (every export without names)."""
+    found = {
+        export.name: f"{source}/{export.name}"
+        for source in SOURCES
+        for export in library.path(source).iterdir()
+    }
+    return {name: found[name] for name in names} if names else found
+
+
 @pytest.fixture(scope="module")
-def models(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def models(model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """make_tfserving_models.py's exports and make_loading_models.py's, in one folder."""
-    return containers.export_models(
-        tmp_path_factory.mktemp("loading-models"),
-        "make_tfserving_models.py",
-        "make_loading_models.py",
-    )
+    return model_library.tree(tmp_path_factory.mktemp("loading-models"), exports(model_library))
 
 
 def check(
@@ -174,18 +186,6 @@ def test_keras_3_models_saved_four_ways_answer_as_tf_saved_model_load_answers(
     )
 
 
-def assert_keras_ways(ways: dict[str, Any], set_from_copies: dict[str, bool]) -> None:
-    """check_loading.py keras's answer: each way a Session bundle (its variables
-    set from their copies or not, as given), answering as tf.saved_model.load."""
-    assert set(ways) == set(set_from_copies), ways
-    for way, answers in ways.items():
-        assert answers["session"][0] == "SessionBundle", (way, answers)
-        assert answers["tf2"][0] == "FunctionBundle", (way, answers)
-        assert answers["set_from_copies"] is set_from_copies[way], (way, answers)
-        assert len(answers["session"][1]) == 6, (way, answers)
-        assert answers["session"][1] == pytest.approx(answers["tf2"][1], rel=1e-5), (way, answers)
-
-
 def test_multi_inference_is_one_session_run(containers: Containers, models: Path) -> None:
     """TF Serving runs a MultiInference's tasks in one Session::Run, so a node
     its signatures share runs once: counted/1's shared node adds 1 to `runs`
@@ -204,27 +204,18 @@ def test_multi_inference_is_one_session_run(containers: Containers, models: Path
 
 
 @pytest.fixture(scope="module")
-def keras_server(
-    containers: Containers, models: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ModelServer]:
-    config = tmp_path_factory.mktemp("keras-config")
-    write_config(
-        config,
-        {
-            "keras": "/models/keras",
-            "keras_export": "/models/keras_export",
-            "keras_distributed": "/models/keras_distributed",
-            "keras_in_module": "/models/keras_in_module",
-            "keras_unrepairable": "/models/keras_unrepairable",
-        },
+def keras_server(servers: ServerPool, model_library: ModelLibrary) -> Server:
+    """The Keras 3 exports, from a model config file; read only: the pool's."""
+    names = ("keras", "keras_export", "keras_distributed", "keras_in_module", "keras_unrepairable")
+    return servers.shared(
+        model_server(
+            models=exports(model_library, *names),
+            config={name: f"/models/{name}" for name in names},
+        )
     )
-    with model_server(
-        containers, models, "--model_config_file=/config/models.config", config=config
-    ) as server:
-        yield server
 
 
-def test_keras_3_exports_are_served_as_session_bundles(keras_server: ModelServer) -> None:
+def test_keras_3_exports_are_served_as_session_bundles(keras_server: Server) -> None:
     """Keras 3 under a MirroredStrategy, and a Keras 3 model held by a tf.Module:
     once restored in a Session their graphs leave the model's variables unset
     (TF Serving answers FAILED_PRECONDITION "Could not find variable"); each is
@@ -250,36 +241,27 @@ def test_keras_3_exports_are_served_as_session_bundles(keras_server: ModelServer
 
 
 @pytest.fixture(scope="module")
-def sessions_server(
-    containers: Containers, models: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ModelServer]:
-    """Six Session bundles (two TF1 exports, four TF2), --enable_batching."""
-    config = tmp_path_factory.mktemp("sessions-config")
-    write_config(
-        config,
-        {
-            name: f"/models/{name}"
-            for name in (
-                "half_plus_two",
-                "half_plus_three",
-                "half_plus_two_tf2",
-                "saved_model_save",
-                "keras",
-                "keras_export",
-            )
-        },
+def sessions_server(servers: ServerPool, model_library: ModelLibrary) -> Server:
+    """Six Session bundles (two TF1 exports, four TF2), --enable_batching; read only
+    (the batch count is read as more than none): the pool's."""
+    names = (
+        "half_plus_two",
+        "half_plus_three",
+        "half_plus_two_tf2",
+        "saved_model_save",
+        "keras",
+        "keras_export",
     )
-    with model_server(
-        containers,
-        models,
-        "--model_config_file=/config/models.config",
-        "--enable_batching",
-        config=config,
-    ) as server:
-        yield server
+    return servers.shared(
+        model_server(
+            "--enable_batching",
+            models=exports(model_library, *names),
+            config={name: f"/models/{name}" for name in names},
+        )
+    )
 
 
-def test_the_servers_versions_share_one_inter_op_pool(sessions_server: ModelServer) -> None:
+def test_the_servers_versions_share_one_inter_op_pool(sessions_server: Server) -> None:
     """The server itself, six versions loaded and each answering: one inter-op
     pool of the planned size (--cpus 1: one thread named tf_Compute) in the
     server's process. (An export loaded with tf.saved_model.load starts the
@@ -304,7 +286,7 @@ def test_the_servers_versions_share_one_inter_op_pool(sessions_server: ModelServ
     assert "loaded with tf.saved_model.load" not in sessions_server.logs()
 
 
-def test_a_tf1_export_through_the_batch_queue(sessions_server: ModelServer) -> None:
+def test_a_tf1_export_through_the_batch_queue(sessions_server: Server) -> None:
     """The TF1 half_plus_two ([-1, 1]) with --enable_batching: requests of rows
     [n] and [n, 1] at once go through the batch queue (a batch holds requests
     whose dimensions agree but the first) and each is answered as it would be

@@ -1,52 +1,36 @@
 """TF Serving's monitoring in the real image: --monitoring_config_file, the
 Prometheus page at TF Serving's path after real requests, and a bad file.
 
-The model is make_models.py's "warm": y = x + 1 with 5 warm-up records, so the
-page has load, warm-up, request and runtime metrics of a real TensorFlow load.
+The model is the model library's "warm" (make_models.py): y = x + 1 with 5
+warm-up records, so the page has load, warm-up, request and runtime metrics of
+a real TensorFlow load.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.docker import Containers
-from tests.container.test_serving_versions import HERE, serving
+from harness.models import ModelLibrary
+from harness.servers import ServerPool, serve
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
 PAGE = "/monitoring/prometheus/metrics"
+MONITORING = 'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'
 
 
-@pytest.fixture(scope="module")
-def warm(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """models/warm/1 (y = x + 1, 5 warm-up records), exported once in the image."""
-    root = tmp_path_factory.mktemp("monitored")
-    (root / "models").mkdir()
-    (root / "models").chmod(0o777)
-    ran = containers.run(
-        ["python", "/t/make_models.py", "/models/warm", "1", "--warmup", "5"],
-        volumes={
-            str(root / "models"): {"bind": "/models", "mode": "rw"},
-            str(HERE): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    (root / "config").mkdir()
-    (root / "config" / "monitoring.config").write_text(
-        'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'
-    )
-    return root
-
-
-def test_the_page_counts_rest_requests_like_tf_serving(containers: Containers, warm: Path) -> None:
-    args = ["--model-name", "warm", "--monitoring_config_file", "/config/monitoring.config"]
-    with serving(containers, warm / "models", *args, config=warm / "config") as server:
+def test_the_page_counts_rest_requests_like_tf_serving(servers: ServerPool) -> None:
+    # The page's counts are read as totals: a server of this test's own.
+    spec = serve(
+        "--model-name", "warm", "--monitoring_config_file", "/models/monitoring.config",
+        models={"warm": "warm"}, files={"monitoring.config": MONITORING},
+    )  # fmt: skip
+    with servers.private(spec) as server:
         for x in (1.0, 2.0):
             assert server.predict("/v1/models/warm:predict", x) == x + 1
         assert server.post("/v1/models/warm:predict", {"instances": "x"}).status_code == 400
@@ -102,8 +86,9 @@ def test_the_page_counts_rest_requests_like_tf_serving(containers: Containers, w
 
 
 def test_a_bad_monitoring_config_stops_the_server_with_file_and_line(
-    containers: Containers, warm: Path, tmp_path: Path
+    containers: Containers, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
+    models = model_library.tree(tmp_path / "models", {"warm": "warm"})
     config = tmp_path / "config"  # 0755: pytest's tmp_path is 0700, unreadable in there
     config.mkdir()
     (config / "monitoring.config").write_text(
@@ -112,7 +97,7 @@ def test_a_bad_monitoring_config_stops_the_server_with_file_and_line(
     ran = containers.run(
         ["serve", "--model-name", "warm", "--monitoring_config_file=/config/monitoring.config"],
         volumes={
-            str(warm / "models"): {"bind": "/models", "mode": "ro"},
+            str(models): {"bind": "/models", "mode": "ro"},
             str(config): {"bind": "/config", "mode": "ro"},
         },
         timeout=180,

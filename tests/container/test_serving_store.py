@@ -13,27 +13,16 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import time
 from pathlib import Path
 
-import httpx2
-
-from harness.docker import Containers, poll, remove
-from tests.container.test_grpc import grpc_sidecar
-from tests.container.test_serving_versions import (
-    READY_TIMEOUT,
-    Server,
-    library,
-    models_dir,
-    serving,
-)
+from harness.docker import Containers, poll
+from harness.models import ModelLibrary
+from harness.servers import READY_TIMEOUT, Server, ServerPool, serve
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
-
-__all__ = ["library"]  # the fixture, shared with test_serving_versions
 
 #: A version named by a timestamp in microseconds: beyond int64.
 TIMESTAMP = "20240101123045000000"
@@ -59,15 +48,15 @@ def version_status(server: Server, model: str, version: int) -> dict[str, object
 
 
 def test_an_unreadable_version_is_reported_and_loaded_once_readable(
-    containers: Containers, library: Path, tmp_path: Path
+    containers: Containers, servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
-    shutil.copytree(library / "plus" / "2", models / "plus" / ".staged-2")
+    models = model_library.tree(tmp_path / "models", {"plus": ("plus", (1,))})
+    model_library.copy("plus/2", models / "plus" / ".staged-2")
     # One attempt per change (no timed retries): the report is what this test reads.
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+    with servers.private(serve(
+        "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
         "--max_num_load_retries=0",
-    ) as server:  # fmt: skip
+    ), models) as server:  # fmt: skip
         # Version 2 arrives owned by root with mode 0700 (renamed into place).
         as_root(
             containers,
@@ -91,7 +80,7 @@ def test_an_unreadable_version_is_reported_and_loaded_once_readable(
         assert server.logs().count(line) == 1, server.logs()
         # Polls go on (a later poll logs the ignored timestamp directory) and
         # do not report the same unreadable directory again.
-        shutil.copytree(library / "plus" / "1", models / "plus" / ".staged-t")
+        model_library.copy("plus/1", models / "plus" / ".staged-t")
         (models / "plus" / ".staged-t").rename(models / "plus" / TIMESTAMP)
         assert poll(lambda: f"ignoring /models/plus/{TIMESTAMP}" in server.logs(), 60)
         # Made readable (chmod changes the directory's change time): loaded, swapped in.
@@ -105,11 +94,11 @@ def test_an_unreadable_version_is_reported_and_loaded_once_readable(
 
 
 def test_a_version_beyond_int64_is_ignored_and_a_5000_digit_version_is_400(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
-    shutil.copytree(library / "plus" / "2", models / "plus" / TIMESTAMP)
-    with serving(containers, models, "--model-name", "plus") as server:
+    models = model_library.tree(tmp_path / "models", {"plus": ("plus", (1,))})
+    model_library.copy("plus/2", models / "plus" / TIMESTAMP)
+    with servers.private(serve("--model-name", "plus"), models) as server:
         # Latest is still version 1: the timestamp is not a version, as in TF Serving.
         assert server.states("plus") == {1: "AVAILABLE"}
         assert server.predict("/v1/models/plus:predict") == 1.0
@@ -118,7 +107,7 @@ def test_a_version_beyond_int64_is_ignored_and_a_5000_digit_version_is_400(
             "fit int64"
         )
         assert server.logs().count(warning) == 1, server.logs()
-        (status,) = grpc_sidecar(containers, server.container, [{"op": "status", "model": "plus"}])
+        (status,) = server.grpc({"op": "status", "model": "plus"})
         assert status["code"] == "OK", status
         assert [v["version"] for v in status["response"]["model_version_status"]] == ["1"]
         # A 5,000-digit version in a URL: TF Serving's 400, no traceback.
@@ -154,60 +143,46 @@ def open_writer(fifo: Path, timeout: float) -> int:
 
 
 def test_a_reload_whose_deadline_passes_while_queued_is_applied_all_the_same(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
     """The model manager is stuck reading the config file (a FIFO the test
     holds open without writing, as an NFS read that does not return) when a
     HandleReloadConfigRequest arrives with a 3 s deadline: the answer says it is
     queued, not applied; once the read returns, the configuration applies."""
-    models = models_dir(tmp_path, library, plus=[1])
+    models = model_library.tree(tmp_path / "models", {"plus": ("plus", (1,))})
     config = tmp_path / "config"
     config.mkdir()
     config.chmod(0o755)
     fifo = config / "models.config"
     os.mkfifo(fifo, 0o644)
-    container = containers.start(
-        ["serve", "--wait-for-model", "60", "--model_config_file=/config/models.config",
-         "--model_config_file_poll_wait_seconds=0.5", "--file_system_poll_wait_seconds=0.5"],
-        volumes={str(models): {"bind": "/models", "mode": "ro"},
-                 str(config): {"bind": "/config", "mode": "ro"}},
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
+    spec = serve(
+        "--model_config_file=/config/models.config",
+        "--model_config_file_poll_wait_seconds=0.5", "--file_system_poll_wait_seconds=0.5",
+        volumes=((str(config), "/config", "ro"),),
+        ready=False,  # it reads its config (the FIFO) first: ready once the test writes it
     )  # fmt: skip
     writer: int | None = None
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(container, f"http://127.0.0.1:{port}")
-        start = open_writer(fifo, READY_TIMEOUT)  # the server reads its config at start
-        os.write(start, FIRST.encode())
-        os.close(start)
-
-        def ready() -> bool:
-            try:
-                return server.get("/readyz").status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
-        # The next re-read opens the file and waits for data that does not come.
-        writer = open_writer(fifo, 60)
-        (reload,) = grpc_sidecar(
-            containers, container, [{"op": "reload", "config": SECOND, "timeout": 3}]
-        )
-        assert reload["code"] == "DEADLINE_EXCEEDED", reload
-        assert reload["message"].startswith("The new configuration is not applied yet"), reload
-        assert server.get("/v1/models/other").status_code == 404
-        # The read returns (the file is unchanged): the queued configuration applies.
-        os.write(writer, FIRST.encode())
-        os.close(writer)
-        writer = None
-        assert poll(lambda: server.states("other") == {1: "AVAILABLE"}, 60), server.logs()
-        assert server.predict("/v1/models/other:predict") == 1.0
-        logs = server.logs()
-        assert "HandleReloadConfigRequest: The new configuration is not applied yet" in logs
-        assert "model configuration received: plus, other" in logs
-    finally:
-        if writer is not None:
+    with servers.private(spec, models) as server:
+        try:
+            start = open_writer(fifo, READY_TIMEOUT)  # the server reads its config at start
+            os.write(start, FIRST.encode())
+            os.close(start)
+            server.wait_ready()
+            # The next re-read opens the file and waits for data that does not come.
+            writer = open_writer(fifo, 60)
+            (reload,) = server.grpc({"op": "reload", "config": SECOND, "timeout": 3})
+            assert reload["code"] == "DEADLINE_EXCEEDED", reload
+            assert reload["message"].startswith("The new configuration is not applied yet"), reload
+            assert server.get("/v1/models/other").status_code == 404
+            # The read returns (the file is unchanged): the queued configuration applies.
+            os.write(writer, FIRST.encode())
             os.close(writer)
-        remove(container)
+            writer = None
+            assert poll(lambda: server.states("other") == {1: "AVAILABLE"}, 60), server.logs()
+            assert server.predict("/v1/models/other:predict") == 1.0
+            logs = server.logs()
+            assert "HandleReloadConfigRequest: The new configuration is not applied yet" in logs
+            assert "model configuration received: plus, other" in logs
+        finally:
+            if writer is not None:
+                os.close(writer)

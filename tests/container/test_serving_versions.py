@@ -1,9 +1,12 @@
 """The model server's lifecycle in the real image: swaps under load, policies, labels,
 TF Serving's model config file (live edits too), warm-up records, bad configurations.
 
-Models are tiny SavedModels made in the image by make_models.py: version V of
-"plus" answers y = x + V, so every answer tells which version served it. All
-traffic goes to 127.0.0.1; every loop is bounded in count and time.
+Models are the model library's (harness/models.py), tiny SavedModels made in the
+image by make_models.py: version V of "plus" answers y = x + V, so every answer
+tells which version served it. Each test that swaps versions or edits the
+config has a server of its own (the pool's private ones); the config file's
+read-only test uses a shared one. All traffic goes to 127.0.0.1; every loop is
+bounded in count and time.
 """
 
 from __future__ import annotations
@@ -12,121 +15,28 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
-from docker.models.containers import Container
 
-from harness.docker import Containers, metric_value, poll, remove
+from harness.docker import Containers, poll
+from harness.models import ModelLibrary
+from harness.servers import READY_TIMEOUT, ServerPool, serve
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
-READY_TIMEOUT = 180
 #: Answers that make steady load before and after a swap (a count, not seconds).
 STEADY = 100
 
 
-@dataclass
-class Server:
-    container: Container
-    url: str
-
-    def get(self, path: str) -> httpx2.Response:
-        return httpx2.get(self.url + path, timeout=30)
-
-    def post(self, path: str, body: Any) -> httpx2.Response:
-        return httpx2.post(self.url + path, json=body, timeout=30)
-
-    def predict(self, path: str, x: float = 0.0) -> float:
-        response = self.post(path, {"instances": [x]})
-        assert response.status_code == 200, response.text
-        value: float = response.json()["predictions"][0]
-        return value
-
-    def states(self, model: str) -> dict[int, str]:
-        response = self.get(f"/v1/models/{model}")
-        if response.status_code != 200:
-            return {}
-        return {int(v["version"]): v["state"] for v in response.json()["model_version_status"]}
-
-    def metric(self, name: str, **labels: str) -> float:
-        return metric_value(self.get("/metrics").text, name, **labels)
-
-    def logs(self) -> str:
-        return self.container.logs().decode(errors="replace")
-
-
-@pytest.fixture(scope="module")
-def library(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """plus/1..3, warm/1 (5 warm-up records) and badwarm/1 (a failing warm-up
-    record), exported once in the image."""
-    root = tmp_path_factory.mktemp("library")
-    root.chmod(0o777)
-    for args in (
-        ["/models/plus", "1", "2", "3"],
-        ["/models/warm", "1", "--warmup", "5"],
-        ["/models/badwarm", "1", "--warmup", "1", "--bad-warmup"],
-    ):
-        ran = containers.run(
-            ["python", "/t/make_models.py", *args],
-            volumes={
-                str(root): {"bind": "/models", "mode": "rw"},
-                str(HERE): {"bind": "/t", "mode": "ro"},
-            },
-            timeout=300,
-        )
-        assert ran.exit_code == 0, ran.stderr
-    return root
-
-
-def models_dir(tmp_path: Path, library: Path, **wanted: list[int]) -> Path:
+def models_dir(tmp_path: Path, library: ModelLibrary, **wanted: list[int]) -> Path:
     """tmp_path/models with copies of library versions: models_dir(..., plus=[1, 2])."""
-    root = tmp_path / "models"
-    for name, versions in wanted.items():
-        for version in versions:
-            shutil.copytree(library / name / str(version), root / name / str(version))
-    root.mkdir(exist_ok=True)
-    return root
-
-
-@contextmanager
-def serving(
-    containers: Containers, models: Path, *args: str, config: Path | None = None
-) -> Iterator[Server]:
-    volumes = {str(models): {"bind": "/models", "mode": "ro"}}
-    if config is not None:
-        volumes[str(config)] = {"bind": "/config", "mode": "ro"}
-    container = containers.start(
-        ["serve", "--wait-for-model", "60", *args],
-        volumes=volumes,
-        nano_cpus=1_000_000_000,  # --cpus 1: the server sizes itself to it
-        ports={"8501/tcp": ("127.0.0.1", None)},
+    return library.tree(
+        tmp_path / "models", {name: (name, versions) for name, versions in wanted.items()}
     )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = Server(container, f"http://127.0.0.1:{port}")
-
-        def ready() -> bool:
-            container.reload()
-            assert container.status == "running", server.logs()
-            try:
-                return server.get("/readyz").status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
-        yield server
-    finally:
-        remove(container)
 
 
 #: A saved_model.pb that TensorFlow cannot parse (a version whose load fails).
@@ -134,12 +44,11 @@ BROKEN_GRAPH = b"\x08\x01 truncated"
 
 
 def swap_in(
-    model_dir: Path, library_version: Path, version: int, *, graph: bytes | None = None
+    model_dir: Path, library: ModelLibrary, source: str, version: int, *, graph: bytes | None = None
 ) -> None:
-    """Copy an export beside the model, then rename it into place (the atomic way);
-    `graph`: the saved_model.pb's bytes instead of the export's."""
-    staged = model_dir / f".staged-{version}"
-    shutil.copytree(library_version, staged)
+    """Copy library export `source` (e.g. "plus/2") beside the model, then rename it
+    into place (the atomic way); `graph`: the saved_model.pb's bytes instead of the export's."""
+    staged = library.copy(source, model_dir / f".staged-{version}")
     if graph is not None:
         (staged / "saved_model.pb").write_bytes(graph)
     staged.rename(model_dir / str(version))
@@ -149,13 +58,12 @@ def swap_in(
 
 
 def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
-    staged = models / "plus" / ".staged-2"  # not a version yet: the server ignores it
-    shutil.copytree(library / "plus" / "2", staged)
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5"
+    models = models_dir(tmp_path, model_library, plus=[1])
+    staged = model_library.copy("plus/2", models / "plus" / ".staged-2")  # not a version yet
+    with servers.private(
+        serve("--model-name", "plus", "--file_system_poll_wait_seconds=0.5"), models
     ) as server:
         stop = threading.Event()
         lock = threading.Lock()
@@ -224,15 +132,15 @@ def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
 
 
 def test_a_broken_new_version_leaves_the_old_one_serving(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
+    models = models_dir(tmp_path, model_library, plus=[1])
     # One attempt per change (no timed retries): the failed state is what this test reads.
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5",
+    with servers.private(serve(
+        "--model-name", "plus", "--file_system_poll_wait_seconds", "0.5",
         "--max_num_load_retries", "0",
-    ) as server:  # fmt: skip
-        swap_in(models / "plus", library / "plus" / "2", 2, graph=BROKEN_GRAPH)
+    ), models) as server:  # fmt: skip
+        swap_in(models / "plus", model_library, "plus/2", 2, graph=BROKEN_GRAPH)
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         status = {v["version"]: v for v in server.get("/v1/models/plus").json()[
             "model_version_status"
@@ -251,30 +159,30 @@ def test_a_broken_new_version_leaves_the_old_one_serving(
         assert "still serving version(s) [1]" in server.logs()
         # Replaced by a good export (renamed into place): loaded and swapped in.
         shutil.rmtree(models / "plus" / "2")
-        swap_in(models / "plus", library / "plus" / "2", 2)
+        swap_in(models / "plus", model_library, "plus/2", 2)
         assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
         assert server.predict("/v1/models/plus:predict") == 2.0
 
 
 def test_a_graph_over_max_graph_bytes_fails_its_version_before_it_is_read(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
     """--max-graph-bytes at version 2's graph size (N) + 2: version 1 loads under it;
     version 2 with its graph 3 bytes longer (a valid one: an unknown field) fails
     with DATA_LOSS naming the file, its size and the flag, and version 1 serves on;
     version 2 as exported (N bytes) then loads."""
-    models = models_dir(tmp_path, library, plus=[1])
-    graph = (library / "plus" / "2" / "saved_model.pb").read_bytes()
+    models = models_dir(tmp_path, model_library, plus=[1])
+    graph = model_library.path("plus", "2", "saved_model.pb").read_bytes()
     size = len(graph)
     assert (models / "plus" / "1" / "saved_model.pb").stat().st_size <= size + 2
     # Field 500, varint 0: a SavedModel with an unknown field, which protobuf keeps.
     longer = graph + b"\xa0\x1f\x00"
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+    with servers.private(serve(
+        "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
         "--max_num_load_retries=0", f"--max-graph-bytes={size + 2}",
-    ) as server:  # fmt: skip
+    ), models) as server:  # fmt: skip
         assert server.predict("/v1/models/plus:predict") == 1.0
-        swap_in(models / "plus", library / "plus" / "2", 2, graph=longer)
+        swap_in(models / "plus", model_library, "plus/2", 2, graph=longer)
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
         assert status["status"] == {
@@ -288,23 +196,23 @@ def test_a_graph_over_max_graph_bytes_fails_its_version_before_it_is_read(
         assert server.predict("/v1/models/plus:predict") == 1.0
         # The same graph without the extra bytes loads under the same limit.
         shutil.rmtree(models / "plus" / "2")
-        swap_in(models / "plus", library / "plus" / "2", 2)
+        swap_in(models / "plus", model_library, "plus/2", 2)
         assert poll(lambda: server.states("plus") == {2: "AVAILABLE", 1: "END"}, 60), server.logs()
         assert server.predict("/v1/models/plus:predict") == 2.0
 
 
 def test_a_broken_version_is_retried_on_a_timer_then_fails(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
     """--max_num_load_retries and --load_retry_interval_micros, as TF Serving: the load is
     tried again N times, the interval apart, the version LOADING with its error meanwhile
     and version 1 serving; then END, each attempt counted."""
-    models = models_dir(tmp_path, library, plus=[1])
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+    models = models_dir(tmp_path, model_library, plus=[1])
+    with servers.private(serve(
+        "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
         "--max_num_load_retries=2", "--load_retry_interval_micros=1000000",
-    ) as server:  # fmt: skip
-        swap_in(models / "plus", library / "plus" / "2", 2, graph=BROKEN_GRAPH)
+    ), models) as server:  # fmt: skip
+        swap_in(models / "plus", model_library, "plus/2", 2, graph=BROKEN_GRAPH)
         assert poll(lambda: "retry 1 of 2" in server.logs(), 60), server.logs()
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
         if "retry 2 of 2" not in server.logs():  # still between two attempts
@@ -318,14 +226,14 @@ def test_a_broken_version_is_retried_on_a_timer_then_fails(
 
 
 def test_a_failing_warm_up_record_fails_the_load_and_the_old_version_serves(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
-    with serving(
-        containers, models, "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
+    models = models_dir(tmp_path, model_library, plus=[1])
+    with servers.private(serve(
+        "--model-name", "plus", "--file_system_poll_wait_seconds=0.5",
         "--max_num_load_retries=0",
-    ) as server:  # fmt: skip
-        swap_in(models / "plus", library / "badwarm" / "1", 2)
+    ), models) as server:  # fmt: skip
+        swap_in(models / "plus", model_library, "badwarm/1", 2)
         assert poll(lambda: server.states("plus").get(2) == "END", 60), server.logs()
         status = server.get("/v1/models/plus/versions/2").json()["model_version_status"][0]
         assert status["status"]["error_code"] == "UNKNOWN"
@@ -382,64 +290,70 @@ def write_config(directory: Path, text: str) -> None:
 
 
 def test_several_models_policies_labels_and_warm_up_from_the_config_file(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool,
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1, 2, 3], warm=[1])
-    write_config(tmp_path / "config", SEVERAL)
-    with serving(
-        containers, models, "--model_config_file=/config/models.config", config=tmp_path / "config"
-    ) as server:
-        ready = server.get("/readyz").json()
-        assert ready == {
-            "status": "ready",
-            "models": {"all": [1, 2, 3], "pinned": [2], "latest2": [2, 3], "warm": [1]},
-        }
-        assert server.states("all") == {3: "AVAILABLE", 2: "AVAILABLE", 1: "AVAILABLE"}
-        assert server.states("pinned") == {2: "AVAILABLE"}
-        assert server.states("latest2") == {3: "AVAILABLE", 2: "AVAILABLE"}
-        assert server.predict("/v1/models/all:predict") == 3.0
-        assert server.predict("/v1/models/all/versions/1:predict") == 1.0
-        assert server.predict("/v1/models/all/labels/stable:predict") == 1.0
-        assert server.predict("/v1/models/all/labels/canary:predict") == 3.0
-        assert server.predict("/v1/models/pinned:predict") == 2.0
-        assert server.predict("/v1/models/latest2/versions/2:predict") == 2.0
-        metadata = server.get("/v1/models/all/labels/stable/metadata")
-        assert metadata.json()["model_spec"]["version"] == "1"
-        for path, code, message in (
-            ("all/labels/nope", 400, "Unrecognized servable version label: nope"),
-            ("all/labels/ghost", 404, "Servable not found for request: Specific(all, 7)"),
-            ("pinned/versions/3", 404, "Servable not found for request: Specific(pinned, 3)"),
-            ("latest2/versions/1", 404, "Servable not found for request: Specific(latest2, 1)"),
-        ):
-            response = server.post(f"/v1/models/{path}:predict", {"instances": [0.0]})
-            assert (response.status_code, response.json()) == (code, {"error": message})
-        assert server.metric("serving_model_warmup_records_total", model="warm") == 5
-        assert "5 warm-up record(s) replayed" in server.logs()
-        assert (
-            server.metric(
-                "serving_requests_total", api="predict", code="200", model="all", protocol="v1"
-            )
-            == 4
+    # Read only (its request count is a delta): the pool's shared server.
+    server = servers.shared(
+        serve(
+            "--model_config_file=/models/models.config",
+            models={"plus": "plus", "warm": "warm"},
+            files={"models.config": SEVERAL},
         )
-        assert server.metric("serving_model_versions_available", model="all") == 3
-        # A ghost label points at a version that does not exist: said at start.
-        assert "version_labels 'ghost' -> 7" in server.logs()
+    )
+    answered = server.metric(
+        "serving_requests_total", api="predict", code="200", model="all", protocol="v1"
+    )
+    ready = server.get("/readyz").json()
+    assert ready == {
+        "status": "ready",
+        "models": {"all": [1, 2, 3], "pinned": [2], "latest2": [2, 3], "warm": [1]},
+    }
+    assert server.states("all") == {3: "AVAILABLE", 2: "AVAILABLE", 1: "AVAILABLE"}
+    assert server.states("pinned") == {2: "AVAILABLE"}
+    assert server.states("latest2") == {3: "AVAILABLE", 2: "AVAILABLE"}
+    assert server.predict("/v1/models/all:predict") == 3.0
+    assert server.predict("/v1/models/all/versions/1:predict") == 1.0
+    assert server.predict("/v1/models/all/labels/stable:predict") == 1.0
+    assert server.predict("/v1/models/all/labels/canary:predict") == 3.0
+    assert server.predict("/v1/models/pinned:predict") == 2.0
+    assert server.predict("/v1/models/latest2/versions/2:predict") == 2.0
+    metadata = server.get("/v1/models/all/labels/stable/metadata")
+    assert metadata.json()["model_spec"]["version"] == "1"
+    for path, code, message in (
+        ("all/labels/nope", 400, "Unrecognized servable version label: nope"),
+        ("all/labels/ghost", 404, "Servable not found for request: Specific(all, 7)"),
+        ("pinned/versions/3", 404, "Servable not found for request: Specific(pinned, 3)"),
+        ("latest2/versions/1", 404, "Servable not found for request: Specific(latest2, 1)"),
+    ):
+        response = server.post(f"/v1/models/{path}:predict", {"instances": [0.0]})
+        assert (response.status_code, response.json()) == (code, {"error": message})
+    assert server.metric("serving_model_warmup_records_total", model="warm") == 5
+    assert "5 warm-up record(s) replayed" in server.logs()
+    assert (
+        server.metric(
+            "serving_requests_total", api="predict", code="200", model="all", protocol="v1"
+        )
+        - answered
+        == 4
+    )
+    assert server.metric("serving_model_versions_available", model="all") == 3
+    # A ghost label points at a version that does not exist: said at start.
+    assert "version_labels 'ghost' -> 7" in server.logs()
 
 
 def test_models_are_added_and_removed_by_editing_the_config_file(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1], warm=[1])
+    models = models_dir(tmp_path, model_library, plus=[1], warm=[1])
     one = 'model_config_list { config { name: "%s" base_path: "/models/%s" } }'
     write_config(tmp_path / "config", one % ("a", "plus"))
-    with serving(
-        containers,
-        models,
+    spec = serve(
         "--model_config_file",
         "/config/models.config",
         "--model_config_file_poll_wait_seconds=0.5",
-        config=tmp_path / "config",
-    ) as server:
+        volumes=((str(tmp_path / "config"), "/config", "ro"),),
+    )
+    with servers.private(spec, models) as server:
         assert server.predict("/v1/models/a:predict") == 1.0
         write_config(tmp_path / "config", one % ("b", "warm"))
         assert poll(lambda: server.states("b") == {1: "AVAILABLE"}, 60), server.logs()
@@ -485,9 +399,14 @@ def test_models_are_added_and_removed_by_editing_the_config_file(
     ],
 )
 def test_a_bad_model_config_stops_the_server_with_file_line_and_field(  # noqa: PLR0917
-    containers: Containers, library: Path, tmp_path: Path, text: str, code: int, expected: str
+    containers: Containers,
+    model_library: ModelLibrary,
+    tmp_path: Path,
+    text: str,
+    code: int,
+    expected: str,
 ) -> None:
-    models = models_dir(tmp_path, library, plus=[1])
+    models = models_dir(tmp_path, model_library, plus=[1])
     write_config(tmp_path / "config", text)
     ran = containers.run(
         ["serve", "--model_config_file=/config/models.config", "--wait-for-model", "3"],
@@ -504,25 +423,20 @@ def test_a_bad_model_config_stops_the_server_with_file_line_and_field(  # noqa: 
 
 
 def test_the_config_file_from_the_environment(
-    containers: Containers, library: Path, tmp_path: Path
+    servers: ServerPool, model_library: ModelLibrary, tmp_path: Path
 ) -> None:
-    models = models_dir(tmp_path, library, warm=[1])
+    models = models_dir(tmp_path, model_library, warm=[1])
     write_config(
         tmp_path / "config", 'model_config_list { config { name: "w" base_path: "/models/warm" } }'
     )
-    container = containers.start(
-        ["serve", "--wait-for-model", "60", "--file_system_poll_wait_seconds=0"],
-        environment={"MODEL_CONFIG_FILE": "/config/models.config"},
-        volumes={
-            str(models): {"bind": "/models", "mode": "ro"},
-            str(tmp_path / "config"): {"bind": "/config", "mode": "ro"},
-        },
+    spec = serve(
+        "--file_system_poll_wait_seconds=0",
+        env={"MODEL_CONFIG_FILE": "/config/models.config"},
+        volumes=((str(tmp_path / "config"), "/config", "ro"),),
     )
-    try:
-        assert poll(lambda: "is available" in container.logs().decode(), READY_TIMEOUT)
-        logs = container.logs().decode()
+    with servers.private(spec, models) as server:
+        assert poll(lambda: "is available" in server.logs(), READY_TIMEOUT)
+        logs = server.logs()
         assert "serving 1 model(s) (from /config/models.config): 'w' from /models/warm" in logs
         assert "versions loaded once" in logs
-    finally:
-        remove(container)
     assert os.path.isdir(models / "warm" / "1")

@@ -11,8 +11,9 @@ image's /usr/bin/tensorflow_model_server with the same flags (--port,
 a sidecar container sharing the server's network (grpc_client.py), REST
 from here.
 
-The models are exported in the image by make_tfserving_models.py (its
-docstring says what each one is): half_plus_two, a TF1 export
+The models are the model library's tfserving/ folder (harness/models.py),
+exported in the image by make_tfserving_models.py (its docstring says what
+each one is): half_plus_two, a TF1 export
 (tf.compat.v1 graph, SavedModelBuilder, an asset and a main op), as TF
 Serving's saved_model_half_plus_two_cpu; half_plus_three, an Estimator-era
 TF1 export (signature TensorInfos without shapes, a legacy_init_op);
@@ -26,41 +27,34 @@ gives y of shape [1] although the signature says [-1, 1]; a REST row of
 three scalars is a batch of three. make_tfserving_models.py's docstring
 has the arithmetic.
 
-Servers are shared by the tests of one flow (module fixtures); the flows
-that change what a server serves (config reloads) or how it starts
-(channel arguments, bad flags and files) start their own. The profiler's
+Servers are shared by the tests of one flow (module fixtures), as TF
+Serving's test reuses its servers: the read-only flows' (the exports) is the
+session pool's (harness/servers.py); the flows that change what a server
+serves (config reloads, the profiler's traces) or how it starts (channel
+arguments, bad flags and files) start their own. The profiler's
 test is last: it is the one whose expectation may change (a trace, or a
 clear refusal at start-up).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from docker.models.containers import Container
 
-from harness.docker import Containers, poll, remove
+from harness.docker import Containers, poll
+from harness.servers import MODEL_SERVER, Server, ServerPool
+from tests.container.model_servers import HARNESS, model_config, model_server, write_config
 from tf_entrypoint.serving.codec import profiler_proto
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
 IMAGE_FLAVORS = ("cpu",)
 
-HERE = Path(__file__).resolve().parent
-SERVER = "/usr/bin/tensorflow_model_server"
-READY_TIMEOUT = 180
-#: TF Serving's harness (test_util's RunServer) starts every server with these.
-HARNESS = ["--port=8500", "--rest_api_port=8501", "--rest_api_timeout_in_ms=5000"]
-GRPC = "127.0.0.1:8500"
 SOCKET = "/sock/tf-serving.sock"
 VERSION = "123"
 PREDICT = "tensorflow/serving/predict"
@@ -69,113 +63,23 @@ REGRESS = "tensorflow/serving/regress"
 NOT_FOUND = "Servable not found for request: Latest({})"
 
 
-@dataclass
-class ModelServer:
-    containers: Containers
-    container: Container
-    rest: str
-    #: Mounted in each gRPC sidecar too (the UNIX socket's and the profile's folders).
-    shared: dict[str, dict[str, str]]
-
-    def grpc(self, *operations: dict[str, Any], timeout: float = 300) -> list[dict[str, Any]]:
-        """Run the operations with TF Serving's stubs in a sidecar (the server's netns)."""
-        ran = self.containers.run(
-            ["python", "/t/grpc_client.py", GRPC, json.dumps(list(operations))],
-            network_mode=f"container:{self.container.id}",
-            volumes={str(HERE): {"bind": "/t", "mode": "ro"}, **self.shared},
-            timeout=timeout,
-        )
-        assert ran.exit_code == 0, ran.stderr
-        results: list[dict[str, Any]] = json.loads(ran.stdout.strip().splitlines()[-1])
-        return results
-
-    def get(self, path: str) -> httpx2.Response:
-        return httpx2.get(self.rest + path, timeout=30)
-
-    def post(self, path: str, body: Any) -> httpx2.Response:
-        return httpx2.post(self.rest + path, json=body, timeout=30)
-
-    def logs(self) -> str:
-        return self.container.logs().decode(errors="replace")
+def tfserving(*names: str) -> dict[str, str]:
+    """/models/NAME -> the model library's tfserving/NAME (make_tfserving_models.py)."""
+    return {name: f"tfserving/{name}" for name in names}
 
 
-@contextmanager
-def model_server(
-    containers: Containers,
-    models: Path,
-    *flags: str,
-    config: Path | None = None,
-    shared: dict[str, dict[str, str]] | None = None,
-) -> Iterator[ModelServer]:
-    """/usr/bin/tensorflow_model_server with TF Serving's harness flags and `flags`,
-    --cpus 1, models at /models (read-only), `config` at /config; ready."""
-    shared = shared or {}
-    volumes = {str(models): {"bind": "/models", "mode": "ro"}, **shared}
-    if config is not None:
-        volumes[str(config)] = {"bind": "/config", "mode": "ro"}
-    container = containers.start(
-        [*HARNESS, *flags],
-        entrypoint=[SERVER],
-        volumes=volumes,
-        nano_cpus=1_000_000_000,
-        ports={"8501/tcp": ("127.0.0.1", None)},
-    )
-    try:
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"]["8501/tcp"][0]["HostPort"]
-        server = ModelServer(containers, container, f"http://127.0.0.1:{port}", shared)
-
-        def ready() -> bool:
-            container.reload()
-            assert container.status == "running", server.logs()
-            try:
-                return server.get("/readyz").status_code == 200
-            except httpx2.TransportError:
-                return False
-
-        assert poll(ready, READY_TIMEOUT, 0.25), server.logs()
-        yield server
-    finally:
-        remove(container)
+def serving(config: Mapping[str, str]) -> dict[str, str]:
+    """The library exports a model config (model -> /models/NAME) serves."""
+    return tfserving(*sorted({Path(path).name for path in config.values()}))
 
 
-def shared_folder(tmp: Path, name: str, bind: str) -> dict[str, dict[str, str]]:
-    """A host folder every container may write (the image's user is not root here)."""
+def shared_folder(tmp: Path, name: str, bind: str) -> tuple[str, str, str]:
+    """A host folder every container may write (the image's user is not root here),
+    as a ServerSpec volume."""
     folder = tmp / name
     folder.mkdir()
     folder.chmod(0o777)
-    return {str(folder): {"bind": bind, "mode": "rw"}}
-
-
-def write_config(folder: Path, models: dict[str, str], name: str = "models.config") -> None:
-    """A ModelServerConfig as TF Serving's tests write it (model_platform included),
-    replaced in one rename so that a polling server never reads half a file;
-    `folder` (mounted at /config) is made readable by the image's user."""
-    folder.chmod(0o755)
-    entries = ",\n".join(
-        f'  config: {{ name: "{model}", base_path: "{path}", model_platform: "tensorflow" }}'
-        for model, path in models.items()
-    )
-    staged = folder / f".{name}.new"
-    staged.write_text(f"model_config_list: {{\n{entries}\n}}\n")
-    os.replace(staged, folder / name)
-
-
-def config_text(models: dict[str, str]) -> str:
-    """The same configuration as the text of a ReloadConfigRequest."""
-    entries = " ".join(
-        f'config {{ name: "{model}" base_path: "{path}" model_platform: "tensorflow" }}'
-        for model, path in models.items()
-    )
-    return f"model_config_list {{ {entries} }}"
-
-
-@pytest.fixture(scope="module")
-def models(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every model of these flows, exported in one run of the image."""
-    return containers.export_models(
-        tmp_path_factory.mktemp("tfserving-models"), "make_tfserving_models.py"
-    )
+    return (str(folder), bind, "rw")
 
 
 # --- what TF Serving's VerifyPredictRequest sends and checks
@@ -290,7 +194,7 @@ def assert_multi_inferred(result: dict[str, Any], model: str) -> None:
     }
 
 
-def assert_rest_classified(server: ModelServer, model: str) -> None:
+def assert_rest_classified(server: Server, model: str) -> None:
     """TF Serving's testClassifyREST and testRegressREST, exactly."""
     example = {"examples": [{"x": 2.0}]}
     classify = server.post(
@@ -318,19 +222,13 @@ EXPORTS = {
 
 
 @pytest.fixture(scope="module")
-def exports(
-    containers: Containers, models: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ModelServer]:
-    config = tmp_path_factory.mktemp("exports-config")
-    write_config(config, EXPORTS)
-    with model_server(
-        containers, models, "--model_config_file=/config/models.config", config=config
-    ) as server:
-        yield server
+def exports(servers: ServerPool) -> Server:
+    """One server of every export, from a model config file; read only: the pool's."""
+    return servers.shared(model_server(models=serving(EXPORTS), config=EXPORTS))
 
 
 @pytest.fixture(scope="module")
-def exports_grpc(exports: ModelServer) -> dict[str, dict[str, Any]]:
+def exports_grpc(exports: Server) -> dict[str, dict[str, Any]]:
     """Every gRPC call of the exports' flows, in one sidecar run."""
     classify, regress, multi = classify_ops("half_plus_two_tf2")
     calls: dict[str, dict[str, Any]] = {
@@ -360,7 +258,7 @@ def exports_grpc(exports: ModelServer) -> dict[str, dict[str, Any]]:
 
 
 def test_classify_and_regress_on_a_tf2_export(
-    exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
+    exports: Server, exports_grpc: dict[str, dict[str, Any]]
 ) -> None:
     """testClassifyTf2 and testRegressTf2, and the same over REST. The signatures
     say method predict, as every tf.saved_model.save export does."""
@@ -376,7 +274,7 @@ def test_multi_inference_on_a_tf2_export(exports_grpc: dict[str, dict[str, Any]]
 
 
 def test_predict_on_a_tf2_export_takes_what_its_graph_takes(
-    exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
+    exports: Server, exports_grpc: dict[str, dict[str, Any]]
 ) -> None:
     """serving_default says x is [-1, 1]; TF Serving feeds x as sent (Session::Run),
     so [1] and a REST row of three scalars are answered, as for a TF1 export."""
@@ -421,22 +319,18 @@ def test_keras_sequential_exports(exports_grpc: dict[str, dict[str, Any]]) -> No
 
 
 @pytest.fixture(scope="module")
-def configured(
-    containers: Containers, models: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[ModelServer, Path]]:
-    """TF Serving's good_model_config: half_plus_two and half_plus_three, not polled."""
-    config = tmp_path_factory.mktemp("good-config")
-    write_config(
-        config,
-        {"half_plus_two": "/models/half_plus_two", "half_plus_three": "/models/half_plus_three"},
-    )
-    with model_server(
-        containers, models, "--model_config_file=/config/models.config", config=config
-    ) as server:
-        yield server, config
+def configured(servers: ServerPool) -> Iterator[tuple[Server, Path]]:
+    """TF Serving's good_model_config: half_plus_two and half_plus_three, not polled;
+    the folder of its config file. The module's own: its reloads change it."""
+    config = {
+        "half_plus_two": "/models/half_plus_two",
+        "half_plus_three": "/models/half_plus_three",
+    }
+    with servers.private(model_server(models=serving(config), config=config)) as server:
+        yield server, server.models
 
 
-def test_good_model_config(configured: tuple[ModelServer, Path]) -> None:
+def test_good_model_config(configured: tuple[Server, Path]) -> None:
     """testGoodModelConfig: both models answer, with and without an output filter."""
     server, _ = configured
     results = server.grpc(
@@ -451,13 +345,13 @@ def test_good_model_config(configured: tuple[ModelServer, Path]) -> None:
         assert_predicted(result, model, expected)
 
 
-def removed(server: ModelServer, model: str) -> bool:
+def removed(server: Server, model: str) -> bool:
     response = server.post(f"/v1/models/{model}:predict", {"instances": [2.0]})
     return response.status_code == 404
 
 
 def test_without_polling_reload_requests_add_and_remove_models(
-    configured: tuple[ModelServer, Path],
+    configured: tuple[Server, Path],
 ) -> None:
     """testModelConfigReloadWithZeroPollPeriod, then HandleReloadConfigRequest.
 
@@ -472,10 +366,13 @@ def test_without_polling_reload_requests_add_and_remove_models(
     write_config(config, {"half_plus_three": "/models/half_plus_three"})
     both = {"half_plus_two": "/models/half_plus_two", "added": "/models/half_plus_three"}
     add, added, kept, drop = server.grpc(
-        {"op": "reload", "config": config_text(both)},
+        {"op": "reload", "config": model_config(both, file=False)},
         verify_predict("added", output_filter=False),
         verify_predict("half_plus_two", output_filter=False),
-        {"op": "reload", "config": config_text({"half_plus_two": "/models/half_plus_two"})},
+        {
+            "op": "reload",
+            "config": model_config({"half_plus_two": "/models/half_plus_two"}, file=False),
+        },
     )
     for reload in (add, drop):
         assert reload["code"] == "OK", reload
@@ -495,21 +392,16 @@ def test_without_polling_reload_requests_add_and_remove_models(
 # --- config reload with polling
 
 
-def test_polling_the_config_file_swaps_models(
-    containers: Containers, models: Path, tmp_path: Path
-) -> None:
+def test_polling_the_config_file_swaps_models(servers: ServerPool) -> None:
     """testModelConfigReload: half_plus_two, then the file names half_plus_three
     and the server (polling every second) serves it instead."""
-    config = tmp_path / "config"
-    config.mkdir()
-    write_config(config, {"half_plus_two": "/models/half_plus_two"})
-    with model_server(
-        containers,
-        models,
-        "--model_config_file=/config/models.config",
+    spec = model_server(
         "--model_config_file_poll_wait_seconds=1",
-        config=config,
-    ) as server:
+        models=tfserving("half_plus_two", "half_plus_three"),
+        config={"half_plus_two": "/models/half_plus_two"},
+    )
+    with servers.private(spec) as server:
+        config = server.models
         before = server.post("/v1/models/half_plus_two:predict", {"instances": [2.0]})
         assert (before.status_code, before.json()) == (200, {"predictions": [3.0]}), before.text
         write_config(config, {"half_plus_three": "/models/half_plus_three"})
@@ -528,21 +420,19 @@ def test_polling_the_config_file_swaps_models(
 # --- gRPC channel arguments
 
 
-def test_grpc_channel_arguments_as_tf_serving_passes_them(
-    containers: Containers, models: Path
-) -> None:
+def test_grpc_channel_arguments_as_tf_serving_passes_them(servers: ServerPool) -> None:
     """testGoodGrpcChannelArgs with the arguments TF Serving's harness adds to every
     server (grpc.so_reuseaddr=1). grpc.max_connection_age_ms takes effect: the
     server closes a connection after 2 s (GOAWAY), so the client's channel goes
     IDLE; a server without it keeps the channel READY (test_harness_flows)."""
     arguments = "grpc.max_connection_age_ms=2000,grpc.lb_policy_name=grpclb,grpc.so_reuseaddr=1"
-    with model_server(
-        containers,
-        models,
+    spec = model_server(
         "--model_name=default",
         "--model_base_path=/models/half_plus_two",
         f"--grpc_channel_arguments={arguments}",
-    ) as server:
+        models=tfserving("half_plus_two"),
+    )
+    with servers.private(spec) as server:
         predicted, channel = server.grpc(
             verify_predict(output_filter=False), {"op": "channel_idle", "seconds": 60}
         )
@@ -570,7 +460,7 @@ def test_a_bad_grpc_channel_argument_is_refused(
             "--model_base_path=/models/half_plus_two",
             f"--grpc_channel_arguments={argument}",
         ],
-        entrypoint=[SERVER],
+        entrypoint=[MODEL_SERVER],
         nano_cpus=1_000_000_000,
         timeout=60,
     )
@@ -591,7 +481,7 @@ def test_a_bad_model_config_file_says_what_tf_serving_says(
     tmp_path.chmod(0o755)
     ran = containers.run(
         [*HARNESS, "--model_config_file=/config/bad_model_config.txt"],
-        entrypoint=[SERVER],
+        entrypoint=[MODEL_SERVER],
         volumes={str(tmp_path): {"bind": "/config", "mode": "ro"}},
         nano_cpus=1_000_000_000,
         timeout=60,
@@ -612,7 +502,7 @@ def test_prefer_tflite_model_is_refused_with_the_reason(containers: Containers) 
             "--model_base_path=/models/half_plus_two",
             "--prefer_tflite_model=true",
         ],
-        entrypoint=[SERVER],
+        entrypoint=[MODEL_SERVER],
         nano_cpus=1_000_000_000,
         timeout=60,
     )
@@ -682,9 +572,7 @@ METADATA = {
 
 
 @pytest.fixture(scope="module")
-def harness(
-    containers: Containers, models: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ModelServer]:
+def harness(servers: ServerPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """TF Serving's RunServer('default', half_plus_two): gRPC on 8500 and on a UNIX
     socket (--grpc_socket_path), REST on 8501, Prometheus on (testPrometheusEndpoint's
     monitoring config); a folder for the profiler's traces at the same path in the
@@ -693,28 +581,26 @@ def harness(
     says, this server only under --profile-dir (none without it), so the profiler's
     test names the folder the traces go to."""
     tmp = tmp_path_factory.mktemp("harness")
-    config = tmp / "config"
-    config.mkdir(mode=0o755)
-    (config / "monitoring_config.txt").write_text(
+    monitoring = (
         'prometheus_config: {\n  enable: true,\n  path: "/monitoring/prometheus/metrics"\n}\n'
     )
-    shared = {**shared_folder(tmp, "sock", "/sock"), **shared_folder(tmp, "profile", "/profile")}
-    with model_server(
-        containers,
-        models,
+    spec = model_server(
         "--model_name=default",
         "--model_base_path=/models/half_plus_two",
         f"--grpc_socket_path={SOCKET}",
-        "--monitoring_config_file=/config/monitoring_config.txt",
+        "--monitoring_config_file=/models/monitoring_config.txt",
         "--profile-dir=/profile",
-        config=config,
-        shared=shared,
-    ) as server:
+        models=tfserving("half_plus_two"),
+        files={"monitoring_config.txt": monitoring},
+        volumes=(shared_folder(tmp, "sock", "/sock"), shared_folder(tmp, "profile", "/profile")),
+    )
+    # The module's own: the profiler's test writes traces in it.
+    with servers.private(spec) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def harness_grpc(harness: ModelServer) -> dict[str, dict[str, Any]]:
+def harness_grpc(harness: Server) -> dict[str, dict[str, Any]]:
     """Every gRPC call of the harness's flows, in one sidecar run."""
     classify, regress, multi = classify_ops("default")
     calls: dict[str, dict[str, Any]] = {
@@ -733,7 +619,7 @@ def harness_grpc(harness: ModelServer) -> dict[str, dict[str, Any]]:
     return dict(zip(calls, harness.grpc(*calls.values()), strict=True))
 
 
-def test_get_model_status(harness: ModelServer, harness_grpc: dict[str, dict[str, Any]]) -> None:
+def test_get_model_status(harness: Server, harness_grpc: dict[str, dict[str, Any]]) -> None:
     """testGetModelStatus and testGetStatusREST."""
     status = harness_grpc["status"]
     assert status["code"] == "OK", status
@@ -753,7 +639,7 @@ def test_get_model_status(harness: ModelServer, harness_grpc: dict[str, dict[str
     }
 
 
-def test_get_model_metadata(harness: ModelServer, harness_grpc: dict[str, dict[str, Any]]) -> None:
+def test_get_model_metadata(harness: Server, harness_grpc: dict[str, dict[str, Any]]) -> None:
     """testGetModelMetadata and testGetModelMetadataREST (field by field)."""
     metadata = harness_grpc["metadata"]
     assert metadata["code"] == "OK", metadata
@@ -777,7 +663,7 @@ def test_predict_over_grpc(harness_grpc: dict[str, dict[str, Any]]) -> None:
     assert_predicted(harness_grpc["predict_batch"], "default", 3.0, shape=(1, 1))
 
 
-def test_predict_over_rest_rows_and_columns(harness: ModelServer) -> None:
+def test_predict_over_rest_rows_and_columns(harness: Server) -> None:
     """testPredictREST and testPredictColumnarREST: three scalars, a batch of three."""
     rows = harness.post("/v1/models/default:predict", {"instances": [2.0, 3.0, 4.0]})
     assert rows.status_code == 200, rows.text
@@ -796,7 +682,7 @@ def test_predict_over_the_unix_socket(harness_grpc: dict[str, dict[str, Any]]) -
 
 
 def test_classify_and_regress_on_a_tf1_export(
-    harness: ModelServer, harness_grpc: dict[str, dict[str, Any]]
+    harness: Server, harness_grpc: dict[str, dict[str, Any]]
 ) -> None:
     """testClassify, testRegress, testClassifyREST, testRegressREST."""
     assert_classified(harness_grpc["classify"], harness_grpc["regress"], "default")
@@ -818,30 +704,30 @@ def test_a_connection_without_channel_arguments_stays_open(
     assert [state for state, _ in channel["seen"]] == ["READY"], channel
 
 
-def test_prometheus_endpoint(harness: ModelServer) -> None:
+def test_prometheus_endpoint(harness: Server) -> None:
     """testPrometheusEndpoint: the page at the monitoring config's path has types."""
     page = harness.get("/monitoring/prometheus/metrics")
     assert page.status_code == 200, page.text
     assert "# TYPE" in page.text
 
 
-def test_without_the_profiler_its_calls_say_so(containers: Containers, models: Path) -> None:
+def test_without_the_profiler_its_calls_say_so(servers: ServerPool) -> None:
     """--enable_profiler=false (TF Serving's flag): the service's methods answer
     UNIMPLEMENTED naming the flag, not grpc's bare "Method not found"."""
-    with model_server(
-        containers,
-        models,
+    spec = model_server(
         "--model_name=default",
         "--model_base_path=/models/half_plus_two",
         "--enable_profiler=false",
-    ) as server:
+        models=tfserving("half_plus_two"),
+    )
+    with servers.private(spec) as server:
         (profile,) = server.grpc({"op": "raw", "method": "/tensorflow.ProfilerService/Profile"})
     assert profile["code"] == "UNIMPLEMENTED", profile
     assert "--enable_profiler=false" in profile["message"], profile
 
 
 def test_without_a_profile_dir_the_profiler_writes_nothing(
-    exports: ModelServer, exports_grpc: dict[str, dict[str, Any]]
+    exports: Server, exports_grpc: dict[str, dict[str, Any]]
 ) -> None:
     """Without --profile-dir (the default), a Profile asking the server to write its
     trace under /tmp/logs (a folder the server's user can write; TF Serving would) is
@@ -853,7 +739,7 @@ def test_without_a_profile_dir_the_profiler_writes_nothing(
     assert absent(exports.container, "/tmp/logs")
 
 
-def test_a_logdir_outside_the_profile_dir_is_refused(harness: ModelServer) -> None:
+def test_a_logdir_outside_the_profile_dir_is_refused(harness: Server) -> None:
     """--profile-dir=/profile: a repository_root elsewhere, one climbing out of it with
     `..`, or a session id climbing out, is refused before any capture (PERMISSION_DENIED
     naming the path and the flag; INVALID_ARGUMENT naming the field), and nothing is
@@ -892,7 +778,7 @@ def absent(container: Container, path: str) -> bool:
     return bool(ran.exit_code != 0 and b"No such file" in ran.output)
 
 
-def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) -> None:
+def test_the_profiler_traces_the_server_while_it_predicts(harness: Server) -> None:
     """test_profiler_service_with_valid_trace_request, and what it is for: TensorFlow's
     own profiler client (profiler_client.trace, which TensorBoard's profile plugin
     calls) against the gRPC port takes a 1 s trace while predicts run, and the
@@ -905,7 +791,7 @@ def test_the_profiler_traces_the_server_while_it_predicts(harness: ModelServer) 
     message at start-up naming how to profile, this test becomes that refusal's.
     """
     assert listening_ports(harness.container) == {8500, 8501}
-    host = Path(next(host for host, bind in harness.shared.items() if bind["bind"] == "/profile"))
+    host = Path(next(host for host, bind, _ in harness.spec.volumes if bind == "/profile"))
     logs = host / "logs"
     logs.mkdir(mode=0o777)  # as TF Serving's test makes it before tracing
     logs.chmod(0o777)

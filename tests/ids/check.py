@@ -4,8 +4,9 @@
     .venv/bin/python tests/ids/check.py           # check before -> after
 
 before.txt: every test id CI ran before (pytest --collect-only -q at 6f5c39d);
-after.txt: the same now; moved.txt: `OLD_ID -> NEW_ID  [  # why]` (two spaces before the #) for every id
-of before.txt that is not in after.txt, naming the test that now covers it.
+after.txt: the same now; moved.txt: `OLD_ID -> NEW_ID  [  # why]` (two spaces
+before the #) for every id of before.txt that is not in after.txt, naming the
+test that now covers it.
 The check fails when an id of before.txt is neither in after.txt nor mapped
 to an id that is.
 """

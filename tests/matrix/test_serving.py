@@ -34,7 +34,7 @@ import pytest
 from docker.models.containers import Container
 
 from harness.docker import Containers, poll, remove, wait
-from tests.container.test_saved_model_loading import assert_keras_ways
+from tests.container.keras_ways import assert_keras_ways
 from tests.matrix.conftest import (
     CELLS,
     LOCKS,
