@@ -833,7 +833,7 @@ def headline(lines: list[str]) -> list[str]:
         if line.startswith("|"):
             seen_table = True
         elif seen_table:
-            more = ["", "Every table of this result: [results.md](bench/results.md)."]
+            more = ["", "Every table of this result: [results.md](results.md)."]
             return lines[:i] + (more if any(x.startswith("|") for x in lines[i:]) else [])
     return lines
 
@@ -862,6 +862,19 @@ BLOCK = re.compile(r"<!-- figures: (\w+) -->\n.*?<!-- /figures -->", re.S)
 HEADING = re.compile(r"^<!-- scenario: (\w+) -->$", re.M)
 
 
+LINK = re.compile(r"\]\((?!https?:|#|/)([^)]+)\)")
+
+
+def _rebase(line: str) -> str:
+    """A line of results.md (in docs/bench/) with its relative links made from docs/."""
+
+    def moved(match: re.Match[str]) -> str:
+        target = match.group(1)
+        return f"]({target[3:] if target.startswith('../') else 'bench/' + target})"
+
+    return LINK.sub(moved, line)
+
+
 def benchmarks_doc(text: str, parts: dict[str, Any]) -> str:
     """docs/benchmarks.md with its sections in the registry's order and every generated
     block rewritten. A section runs from its `<!-- scenario: NAME -->` line to the next."""
@@ -883,7 +896,11 @@ def benchmarks_doc(text: str, parts: dict[str, Any]) -> str:
         )
         part = parts.get(scenario.name)
         block = (
-            [provenance(scenario.name, part), "", *headline(SECTIONS[scenario.name](part))]
+            [
+                provenance(scenario.name, part),
+                "",
+                *map(_rebase, headline(SECTIONS[scenario.name](part))),
+            ]
             if part
             else [f"No result yet: `python -m bench run {scenario.name}`."]
         )

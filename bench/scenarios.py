@@ -632,7 +632,7 @@ def _scenarios() -> tuple[Scenario, ...]:
         ),
         Scenario(
             name="object_store",
-            title="Object-store clients for s3:// and gs:// model paths",
+            title="Object-store clients",
             shows="import time, installed size, listing and download time and peak RSS "
             "of s3fs, gcsfs, google-cloud-storage and obstore against local emulators",
             models=(),
