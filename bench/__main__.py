@@ -2,7 +2,7 @@
 
     python -m bench list
     python -m bench run SCENARIO[,SCENARIO...]|all [--quick] [--image IMAGE] [--out DIR]
-                        [--before IMAGE] [--no-wait]
+                        [--before IMAGE] [--no-wait] [--jobs N]
     python -m bench report [--out DIR] [--no-plot]
 
 run: for each scenario, in the registry's order, waits for a quiet machine
@@ -11,7 +11,8 @@ under a private tag (so a rebuild of its tag during the run changes nothing),
 measures, and writes OUT/NAME.json in the one schema (bench/results.py);
 then re-renders OUT/results.md (and docs/benchmarks.md when OUT is
 docs/bench). A scenario that fails is named and the others still run; the
-exit status is 1 if any failed. `all` skips the scenarios whose needs this
+exit status is 1 if any failed. --jobs N (--quick only: a smoke, whose
+timings mean nothing) runs N scenarios at once. `all` skips the scenarios whose needs this
 run cannot meet (before_after without --before; object_store outside the
 bench venv; app_cost where the server cannot be imported), saying so.
 """
@@ -22,9 +23,10 @@ import argparse
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,46 +116,50 @@ def run(args: argparse.Namespace) -> int:
         pinned = pin(args.image, "run")
         before = pin(args.before, "before") if args.before else ""
     command = "python -m bench " + " ".join(shlex.quote(a) for a in args.argv)
-    failed = []
     started = time.monotonic()
-    try:
-        for scenario in runnable:
-            config = scenario.quick if args.quick else scenario.config
-            quiet = None
-            if not args.quick and not args.no_wait and scenario.quiet_load is not None:
-                quiet = wait_for_quiet(scenario.quiet_load, args.max_wait)
-            log(f"{scenario.name}: starting ({time.monotonic() - started:.0f} s in)")
-            began, clock = now_iso(), time.monotonic()
-            ctx = Context(image=pinned, out=args.out, quick=args.quick, before=before)
-            try:
-                found = scenario.measure(ctx, config)
-            except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as err:
-                log(f"{scenario.name}: FAILED: {err}")
-                failed.append(scenario.name)
-                continue
-            finally:
+
+    def one(scenario: Scenario) -> bool:
+        """Measure `scenario` and write its result; False if it failed."""
+        config = scenario.quick if args.quick else scenario.config
+        quiet = None
+        if not args.quick and not args.no_wait and scenario.quiet_load is not None:
+            quiet = wait_for_quiet(scenario.quiet_load, args.max_wait)
+        log(f"{scenario.name}: starting ({time.monotonic() - started:.0f} s in)")
+        began, clock = now_iso(), time.monotonic()
+        ctx = Context(image=pinned, out=args.out, quick=args.quick, before=before)
+        try:
+            found = scenario.measure(ctx, config)
+        except Exception as err:  # noqa: BLE001 - one scenario's failure, named; the others run
+            log(f"{scenario.name}: FAILED: {err}\n{traceback.format_exc()}")
+            return False
+        finally:
+            if args.jobs == 1:  # with jobs in parallel, the others' containers are live
                 NAMES.remove_all()
-            doc = schema.document(
-                scenario=scenario,
-                command=command if len(runnable) == 1 else _one(command, scenario.name),
-                quick=args.quick,
-                when={
-                    "started": began,
-                    "finished": now_iso(),
-                    "seconds": round(time.monotonic() - clock, 1),
-                },
-                machine=facts,
-                image=image_facts if "image" in scenario.needs else None,
-                quiet=quiet,
-                config=config,
-                results=found,
-            )
-            write_json(args.out / f"{scenario.result_name}.json", doc)
+        seconds = round(time.monotonic() - clock, 1)
+        doc = schema.document(
+            scenario=scenario,
+            command=command if len(runnable) == 1 else _one(command, scenario.name),
+            quick=args.quick,
+            when={"started": began, "finished": now_iso(), "seconds": seconds},
+            machine=facts,
+            image=image_facts if "image" in scenario.needs else None,
+            quiet=quiet,
+            config=config,
+            results=found,
+        )
+        write_json(args.out / f"{scenario.result_name}.json", doc)
+        log(f"{scenario.name}: done in {seconds:.0f} s")
+        return True
+
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = list(pool.map(one, runnable))
     finally:
         NAMES.remove_all()
         for tag in (pinned, before):
             if tag:
                 docker("rmi", tag, check=False)
+    failed = [s.name for s, ok in zip(runnable, done, strict=True) if not ok]
     log(f"done in {time.monotonic() - started:.0f} s" + (f"; FAILED: {failed}" if failed else ""))
     from bench import report  # noqa: PLC0415
 
@@ -200,11 +206,18 @@ def main(argv: list[str]) -> int:
     running.add_argument("--no-wait", action="store_true", help="never wait for a quiet machine")
     running.add_argument("--max-wait", type=float, default=1200, help="most seconds to wait")
     running.add_argument("--no-plot", action="store_true", help="no PNGs (needs matplotlib)")
+    running.add_argument(
+        "--jobs", type=int, default=1, help="scenarios at once (only with --quick: a smoke)"
+    )
     reporting = commands.add_parser("report", help="re-render results.md and docs/benchmarks.md")
     reporting.add_argument("--out", type=Path, default=DEFAULT_OUT)
     reporting.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     args.argv = argv
+    if args.command == "run" and args.jobs != 1 and not (args.quick and args.jobs > 1):
+        parser.error(
+            "--jobs: more than 1 only with --quick (measurements would disturb each other)"
+        )
     if args.command == "list":
         return listing()
     if args.command == "run":

@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,11 +64,13 @@ class Names:
     prefix: str = f"tfe-bench-{os.getpid()}"
     count: int = 0
     live: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # python -m bench --jobs
 
     def new(self) -> str:
-        self.count += 1
-        name = f"{self.prefix}-{self.count}"
-        self.live.add(name)
+        with self.lock:
+            self.count += 1
+            name = f"{self.prefix}-{self.count}"
+            self.live.add(name)
         return name
 
     def remove(self, name: str) -> None:

@@ -205,8 +205,5 @@ def run(image: str, config: RequestMemoryConfig) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tfe-request-memory-") as tmp:
         models = library(image).tree(Path(tmp) / "models", LIBRARY_MODELS)
         (models / "models.config").write_text(CONFIG)
-        try:
-            results = measure(image, models, config.cases)
-        finally:
-            NAMES.remove_all()
+        results = measure(image, models, config.cases)  # each server removed after its case
     return {"memory_limit": MEMORY, "cases": results}
