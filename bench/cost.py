@@ -115,7 +115,7 @@ class CostConfig:
 
 
 QUICK = CostConfig(
-    concurrencies=(1, 2),
+    concurrencies=(2,),
     batch_concurrencies=(2,),
     seconds=0.5,
     warmup=0.3,

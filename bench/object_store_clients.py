@@ -604,6 +604,9 @@ def table(data: dict[str, Any]) -> str:
     ]
     for dist, module in {arm.dist: arm.module for arm in ARMS}.items():
         size = data["installed"][dist]["bytes"] / 1e6
+        if module not in data["import_ms"]:  # not installed where it ran (a --quick smoke)
+            lines.append(f"| {dist} | {NOT_INSTALLED} | |")
+            continue
         lines.append(f"| {dist} | {data['import_ms'][module]:.0f} ms | {size:.1f} MB |")
     lines += [
         "",

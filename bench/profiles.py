@@ -224,7 +224,15 @@ def summarise(
 # --- the run ------------------------------------------------------------------
 
 
-def run(image: str, out: Path, seconds: float) -> dict[str, Any]:
+def run(
+    image: str,
+    out: Path,
+    seconds: float,
+    chosen: tuple[tuple[str, str], ...] = CELLS,
+    margin: float = 20.0,
+) -> dict[str, Any]:
+    """Record the `chosen` cells ((mode, model) each) for `seconds`; each cell's load window
+    lasts two recordings and `margin` seconds (py-spy's container starts) more."""
     binary, wheel_sha256 = pyspy_binary()
     began, load_before = now_iso(), loadavg()
     workdir = Path(tempfile.mkdtemp(prefix="tfe-bench-profiles-"))
@@ -246,9 +254,9 @@ def run(image: str, out: Path, seconds: float) -> dict[str, Any]:
             try:
                 if not all(client.ready["checks"].values()):
                     raise RuntimeError(f"a path answers wrongly: {client.ready['checks']}")
-                for mode, model in CELLS:
+                for mode, model in chosen:
                     name = f"{mode}-{model}-c{CONCURRENCY}"
-                    window = 2 * seconds + 20
+                    window = 2 * seconds + margin
                     client.window(mode, model, CONCURRENCY, 2.0, last=False)  # warm
                     client.send({"mode": mode, "model": model, "concurrency": CONCURRENCY,
                                  "seconds": window, "last": True})  # fmt: skip

@@ -116,6 +116,10 @@ class OverheadConfig:
 @dataclass(frozen=True)
 class ProfilesConfig:
     seconds: float = 20.0  # seconds per py-spy recording
+    cells: tuple[tuple[str, str], ...] = (
+        ("rest", "half_plus_two"), ("rest", "mlp"), ("grpc", "half_plus_two"), ("grpc", "mlp"),
+    )  # fmt: skip
+    margin: float = 20.0  # seconds of load beyond the two recordings (py-spy's starts)
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ def _cost(ctx: Context, config: Any) -> dict[str, Any]:
 
 def _profiles(ctx: Context, config: ProfilesConfig) -> dict[str, Any]:
     result: dict[str, Any] = _module("profiles").run(
-        ctx.image, ctx.out / "profiles", config.seconds
+        ctx.image, ctx.out / "profiles", config.seconds, config.cells, config.margin
     )
     return result
 
@@ -331,7 +335,7 @@ def _scenarios() -> tuple[Scenario, ...]:
         "swap", "SwapConfig", concurrency=2, baseline=1, after=1, reps=1
     )
     grpc_full, grpc_quick = _config(
-        "grpc_rest", "GrpcConfig", concurrencies=(1, 2), seconds=0.5, warmup=0.3, reps=1,
+        "grpc_rest", "GrpcConfig", concurrencies=(2,), seconds=0.5, warmup=0.3, reps=1,
         models=("half_plus_two",),
     )  # fmt: skip
     batching_full, batching_quick = _config(
@@ -392,7 +396,7 @@ def _scenarios() -> tuple[Scenario, ...]:
             arms=("entrypoint", "bypassed"),
             windows="40 interleaved container-start pairs, 200 in-container rounds",
             config=OverheadConfig(),
-            quick=OverheadConfig(pairs=2, rounds=3, tf_rounds=1),
+            quick=OverheadConfig(pairs=1, rounds=3, tf_rounds=1),
             measure=_overhead,
             cells=lambda c: {("entrypoint",), ("bypassed",)},
             found=lambda r: {(k,) for k in r["container_start"]["to_command_start_ms"]},
@@ -538,9 +542,12 @@ def _scenarios() -> tuple[Scenario, ...]:
             arms=("rest", "grpc"),
             windows="20 s recordings",
             config=ProfilesConfig(),
-            quick=ProfilesConfig(seconds=2.0),
+            # both protocols, both models: each code path once
+            quick=ProfilesConfig(
+                seconds=2.0, cells=(("rest", "half_plus_two"), ("grpc", "mlp")), margin=12.0
+            ),
             measure=_profiles,
-            cells=lambda c: set(_module("profiles").CELLS),
+            cells=lambda c: set(c.cells),
             found=lambda r: {(x["mode"], x["model"]) for x in r["cells"]},
             result="profiles/profiles",
         ),

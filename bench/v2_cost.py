@@ -89,7 +89,7 @@ class V2Config:
         )
 
 
-QUICK = V2Config(concurrencies=(1, 2), seconds=0.5, warmup=0.3, reps=1)
+QUICK = V2Config(concurrencies=(2,), seconds=0.5, warmup=0.3, reps=1)
 
 
 # --- analysis -----------------------------------------------------------------

@@ -94,6 +94,22 @@ def test_the_tables_have_a_row_per_client_and_per_size_and_arm() -> None:
     assert "| 1.00 s | 10 | 20 MiB (10) |" in s3fs  # 10 MB in 1 s; peak and after import
 
 
+def test_an_arm_not_installed_is_a_row_that_says_so() -> None:
+    """A --quick smoke in the dev venv (no obstore): the arm ran as failed, named why."""
+    runs = [_run(arm.name, 0, 1.0) for arm in osc.ARMS if arm.dist != "obstore"]
+    runs += [{"arm": arm.name, "rep": 0, "error": osc.NOT_INSTALLED} for arm in osc.ARMS
+             if arm.dist == "obstore"]  # fmt: skip
+    size = {"bytes": 10_000_000, "arms": osc.analyse(runs, 10_000_000)}
+    data = {
+        "sizes": [size],
+        "import_ms": {arm.module: 100.0 for arm in osc.ARMS if arm.dist != "obstore"},
+        "installed": {arm.dist: {"bytes": 0} for arm in osc.ARMS},
+    }
+    clients, arms = (part.splitlines() for part in osc.table(data).split("\n\n"))
+    assert f"| obstore | {osc.NOT_INSTALLED} | |" in clients
+    assert all(osc.NOT_INSTALLED in row for row in arms if "obstore" in row)
+
+
 def test_a_plain_error_is_cut_short() -> None:
     assert osc.short_error("OSError: x | y" * 20).startswith("OSError: x / y")
     assert len(osc.short_error("E" * 500)) == 90

@@ -64,3 +64,10 @@ def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_result_records_the_command_of_its_scenario_alone() -> None:
     command = "python -m bench run all --quick --image 'a b'"
     assert runner._one(command, "swap") == "python -m bench run swap --quick --image 'a b'"
+
+
+def test_the_full_profiles_run_records_every_cell_of_profiles_py() -> None:
+    from bench import profiles  # noqa: PLC0415
+
+    assert BY_NAME["profiles"].config.cells == profiles.CELLS
+    assert set(BY_NAME["profiles"].quick.cells) < set(profiles.CELLS)
