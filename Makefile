@@ -97,7 +97,7 @@ $(BENCH_VENV)/bin/python: requirements/bench.lock
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: image-cpu $(BENCH_VENV)/bin/python ## every benchmark scenario (python -m bench run all; about 2.5 h), then the report (docs/benchmarks.md)
+bench: image-cpu $(BENCH_VENV)/bin/python ## every benchmark scenario (python -m bench run all; about 2 h), then the report (docs/benchmarks.md)
 	$(BENCH_VENV)/bin/python -m bench run all $(BENCH_ARGS)
 
 .PHONY: bench-object-store
