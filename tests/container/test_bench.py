@@ -74,8 +74,11 @@ def quick_run(
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     (out / "run.log").write_text(done.stderr)
-    print(f"python -m bench run all --quick: {time.monotonic() - started:.0f} s")
+    print(f"python -m bench run all --quick --jobs {JOBS}: {time.monotonic() - started:.0f} s")
     assert done.returncode == 0, done.stderr[-4000:]
+    for scenario in SCENARIOS:  # where the smoke's time goes (with JOBS at once)
+        doc = json.loads((out / f"{scenario.result_name}.json").read_text())
+        print(f"  {scenario.name}: {doc['when']['seconds']:.0f} s")
     return out
 
 
