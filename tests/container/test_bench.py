@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from bench import results as schema
+from bench.common import REPO
 from bench.scenarios import BY_NAME, SCENARIOS
 from harness import models as model_library
-from tests.container.dockerkit import REPO
 
 #: The images this module tests (tests/container/conftest.py): the benchmarks measure the CPU image.
 IMAGE_FLAVORS = ("cpu",)
