@@ -432,7 +432,7 @@ def test_session_startup_is_measured_for_each_model_and_loader(quick_run: Path) 
     from bench import session_call  # noqa: PLC0415
 
     summary = _results(quick_run, "session_call")["startup"]["summary"]
-    assert set(summary) == set(session_call.STARTUP_MODELS)
+    assert set(summary) == set(session_call.QUICK.startup_models)
     for by_loader in summary.values():
         assert set(by_loader) == set(session_call.LOADERS)
         for figures in by_loader.values():
