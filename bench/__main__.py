@@ -97,24 +97,30 @@ def choose(args: argparse.Namespace) -> list[Scenario] | None:
     return runnable
 
 
+def prepare(
+    args: argparse.Namespace, runnable: list[Scenario]
+) -> tuple[dict[str, Any], dict[str, str] | None, str, str]:
+    """(the machine's facts, the image's, the pinned image, the pinned BEFORE image)."""
+    if not any("image" in s.needs for s in runnable):
+        return machine_without_image(), None, "", ""
+    facts = machine(args.image)
+    # The library is keyed by the image's own tag (its -deps stage), so resolve it
+    # before pinning: a second run, or the tests, reuse it.
+    use_library(model_library.library(args.image))
+    image_facts = {"tag": args.image, "id": facts.pop("image_id", "")}
+    facts.pop("image", None)
+    pinned = pin(args.image, "run")
+    before = pin(args.before, "before") if args.before else ""
+    return facts, image_facts, pinned, before
+
+
 def run(args: argparse.Namespace) -> int:
     runnable = choose(args)
     if runnable is None:
         return 2
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)  # even when started in the background
-    with_image = any("image" in s.needs for s in runnable)
-    facts = machine(args.image) if with_image else machine_without_image()
-    image_facts = None
-    pinned = before = ""
-    if with_image:
-        # The library is keyed by the image's own tag (its -deps stage), so resolve it
-        # before pinning: a second run, or the tests, reuse it.
-        use_library(model_library.library(args.image))
-        image_facts = {"tag": args.image, "id": facts.pop("image_id", "")}
-        facts.pop("image", None)
-        pinned = pin(args.image, "run")
-        before = pin(args.before, "before") if args.before else ""
+    facts, image_facts, pinned, before = prepare(args, runnable)
     command = "python -m bench " + " ".join(shlex.quote(a) for a in args.argv)
     started = time.monotonic()
 
@@ -151,15 +157,20 @@ def run(args: argparse.Namespace) -> int:
         log(f"{scenario.name}: done in {seconds:.0f} s")
         return True
 
+    # With --jobs, the scenarios without the image run first, alone: object_store's
+    # emulators take free ports, which a server container starting meanwhile could publish.
+    alone = [s for s in runnable if args.jobs > 1 and "image" not in s.needs]
+    together = [s for s in runnable if s not in alone]
     try:
+        done = [one(s) for s in alone]
         with ThreadPoolExecutor(args.jobs) as pool:
-            done = list(pool.map(one, runnable))
+            done += list(pool.map(one, together))
     finally:
         NAMES.remove_all()
         for tag in (pinned, before):
             if tag:
                 docker("rmi", tag, check=False)
-    failed = [s.name for s, ok in zip(runnable, done, strict=True) if not ok]
+    failed = [s.name for s, ok in zip([*alone, *together], done, strict=True) if not ok]
     log(f"done in {time.monotonic() - started:.0f} s" + (f"; FAILED: {failed}" if failed else ""))
     from bench import report  # noqa: PLC0415
 
