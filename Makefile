@@ -106,20 +106,20 @@ $(BENCH_VENV)/bin/python: requirements/bench.lock
 	$(BENCH_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r requirements/bench.lock
 	@touch $@
 
+# Options of `python -m bench run`, e.g. `make bench BENCH_ARGS="--quick --out /tmp/bench"`.
+BENCH_ARGS ?=
+
 .PHONY: bench
-bench: image-cpu $(BENCH_VENV)/bin/python ## run the benchmarks and regenerate docs/bench (about an hour; see bench/run.py)
-	$(BENCH_VENV)/bin/python -m bench.run
+bench: image-cpu $(BENCH_VENV)/bin/python ## every benchmark scenario (python -m bench run all; about 2 h), then the report (docs/benchmarks.md)
+	$(BENCH_VENV)/bin/python -m bench run all $(BENCH_ARGS)
 
 .PHONY: bench-object-store
-bench-object-store: $(BENCH_VENV)/bin/python ## object-store clients against local S3/GCS emulators, no image (docs/bench/object_store.json)
-	$(BENCH_VENV)/bin/python -m bench.object_store_clients
-
-# Extra arguments for the soak, e.g. `make soak SOAK_ARGS="--duration 1800"`.
-SOAK_ARGS ?=
+bench-object-store: $(BENCH_VENV)/bin/python ## = python -m bench run object_store: object-store clients against local S3/GCS emulators, no image
+	$(BENCH_VENV)/bin/python -m bench run object_store $(BENCH_ARGS)
 
 .PHONY: soak
-soak: image-cpu $(BENCH_VENV)/bin/python ## the soak benchmark: 10 min of load, swaps, reloads, hostile requests (docs/bench/soak.json)
-	$(BENCH_VENV)/bin/python -m bench.soak $(SOAK_ARGS)
+soak: image-cpu $(BENCH_VENV)/bin/python ## = python -m bench run soak: 10 min of load, swaps, reloads, hostile requests (docs/bench/soak.json)
+	$(BENCH_VENV)/bin/python -m bench run soak $(BENCH_ARGS)
 
 .PHONY: prune
 prune: ## remove stopped test containers and dangling images left by rebuilds

@@ -1,6 +1,6 @@
 """The REST application's own cost per predict, in process (issue 24): no HTTP, no TensorFlow.
 
-    python -m bench.app_cost [--requests N] [--profile]     # from the repository, with .venv
+    python -m bench run app_cost     # from the repository, with .venv (it imports the server)
 
 The server's ASGI application (rest/app.py's create_app over main.build_core,
 one worker, --request-timeout 30) serving a pure-Python model (y = 0.5 x + 2
@@ -18,7 +18,6 @@ Prints one JSON line: µs per request of each (the medians of 5 runs of N).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import json
@@ -28,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -152,33 +152,30 @@ async def measure(app: Any, count: int, profile: bool) -> dict[str, float]:
     }
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.app_cost")
-    parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--profile", action="store_true")
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class AppCostConfig:
+    requests: int = 3000  # predicts per run (5 runs of each app)
+    profile: bool = False  # cProfile the server's app (sorted by own time, on stderr)
+
+
+def run(config: AppCostConfig) -> dict[str, Any]:
+    """µs per request of the server's app and of the bare app (medians of 5 runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         version = Path(tmp) / "model" / "1"
         version.mkdir(parents=True)
         (version / "saved_model.pb").write_bytes(b"")
-        config = parse_config(
+        config_ = parse_config(
             ["--model-base-path", tmp, "--workers", "1", "--request-timeout", "30"],
             {},
             budget=PlannedCpus(1, "bench"),
         )
-        core = build_core(config, loader=lambda directory, number: HalfPlusTwo())
-        app = create_app(core, config, owns_core=False)
+        core = build_core(config_, loader=lambda directory, number: HalfPlusTwo())
+        app = create_app(core, config_, owns_core=False)
         core.start()
         try:
             deadline = time.monotonic() + 30
             while core.manager.readiness()[0] and time.monotonic() < deadline:
                 time.sleep(0.01)
-            result = asyncio.run(measure(app, args.requests, args.profile))
+            return asyncio.run(measure(app, config.requests, config.profile))
         finally:
             core.close()
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Two builds of the server side by side in one run: the cost of a change.
 
-    python -m bench.before_after BEFORE_IMAGE AFTER_IMAGE [--out FILE] [--quick]
+    python -m bench run before_after --before BEFORE_IMAGE --image AFTER_IMAGE [--quick]
 
 Both servers run at once, each under `--cpus 1` with the automatic plan,
 serving the demo's half_plus_two and the quota sweep's MLP (8 rows per
@@ -20,16 +20,15 @@ the image of the commit before the change, AFTER the image of the change.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import NAMES, docker, log, machine, median, now_iso, write_json
+from bench.common import NAMES, docker, log, machine, now_iso
 from bench.grpc_rest import GrpcConfig, LoadClient, measure_cell, served_models, start_server
 from bench.serving import wait_ready
+from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp")
 MODES = ("rest", "grpc")
@@ -194,24 +193,3 @@ def table(data: dict[str, Any]) -> str:
             f"| {p99['before']:.1f} | {p99['after']:.1f} |"
         )
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.before_after", description=__doc__)
-    parser.add_argument("before")
-    parser.add_argument("after")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--quick", action="store_true", help="1 rep of 1 s windows (a smoke)")
-    args = parser.parse_args(argv)
-    config = GrpcConfig(concurrencies=(1, 8), seconds=5.0, warmup=1.5, reps=3, models=MODELS)
-    if args.quick:
-        config = GrpcConfig(concurrencies=(1,), seconds=1.0, warmup=0.3, reps=1, models=MODELS)
-    data = run(args.before, args.after, config)
-    if args.out:
-        write_json(args.out, data)
-    print(table(data))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,24 +1,47 @@
-"""Shared pieces of the host-side harness: docker, load average, machine facts."""
+"""Shared pieces of the host-side harness: docker, load average, machine facts, the models."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness import models as model_library
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 #: Every container and volume the harness starts carries this label
 #: (the same one the tests use, so `make prune` finds leftovers).
 LABEL = "tf-entrypoint.test=1"
+#: docker run options for an in-container probe run as `python -m bench.NAME`: bench/ and
+#: harness/ (its stats and load loop) side by side at /load, read-only.
+LOAD_MOUNTS = (
+    *("-v", f"{BENCH}:/load/bench:ro", "-v", f"{REPO / 'harness'}:/load/harness:ro"),
+    *("-w", "/load", "-e", "PYTHONPATH=/load"),
+)
+_LIBRARY: list[model_library.ModelLibrary] = []
+
+
+def use_library(found: model_library.ModelLibrary) -> None:
+    """Serve every benchmark model from `found` (python -m bench resolves it once, from the
+    image's own tag, before pinning the image under a private one)."""
+    _LIBRARY[:] = [found]
+
+
+def library(image: str) -> model_library.ModelLibrary:
+    """The harness model library (harness/models.py): the one `use_library` set, else the
+    library of `image`, exported now unless cached."""
+    if not _LIBRARY:
+        _LIBRARY.append(model_library.library(image))
+    return _LIBRARY[0]
 
 
 def log(message: str) -> None:
@@ -41,11 +64,13 @@ class Names:
     prefix: str = f"tfe-bench-{os.getpid()}"
     count: int = 0
     live: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # python -m bench --jobs
 
     def new(self) -> str:
-        self.count += 1
-        name = f"{self.prefix}-{self.count}"
-        self.live.add(name)
+        with self.lock:
+            self.count += 1
+            name = f"{self.prefix}-{self.count}"
+            self.live.add(name)
         return name
 
     def remove(self, name: str) -> None:
@@ -188,10 +213,6 @@ def machine(image: str) -> dict[str, Any]:
         "image": image,
         "image_id": docker("image", "inspect", "-f", "{{.Id}}", image, check=False)[:19],
     }
-
-
-def median(values: Iterable[float]) -> float:
-    return float(statistics.median(list(values)))
 
 
 def write_json(path: Path, data: Any) -> None:

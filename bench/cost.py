@@ -1,6 +1,6 @@
 """CPU per predict: the server against the Python floors, side by side in one run (issue 24).
 
-    python -m bench.cost [--image IMAGE] [--out DIR] [--quick]
+    python -m bench run cost [--image IMAGE] [--out DIR] [--quick]
 
 Five containers of the CPU image, each under `--cpus 1`, all up at once and
 serving the same two models (the demo's half_plus_two and the sweep's MLP
@@ -38,43 +38,32 @@ Parts:
   and its peak RSS under 8 REST connections from the host.
 
 Every timed window's first answer is checked against the SavedModel's own
-output (protocol_load.py); a wrong answer fails the run. Before measuring
-(not with --quick) it waits until the 1-minute load average is below
---quiet-load (up to --max-wait seconds, then runs anyway). Writes
-OUT/cost.json (default docs/bench/) and prints the Markdown table
-(bench/cost.py's `table`).
+output (protocol_load.py); a wrong answer fails the run. The runner (python
+-m bench) waits for a quiet machine before a full run, writes OUT/cost.json,
+and the report renders the Markdown table (bench/cost.py's `table`).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    BENCH,
     LABEL,
+    LOAD_MOUNTS,
     NAMES,
-    REPO,
     docker,
     last_json_line,
     loadavg,
     log,
-    machine,
-    median,
     now_iso,
     run_container,
-    wait_for_quiet,
-    write_json,
 )
 from bench.grpc_rest import (
     GrpcConfig,
@@ -85,6 +74,7 @@ from bench.grpc_rest import (
     served_models,
 )
 from bench.serving import http, python_client, request_body, wait_ready
+from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp")
 #: The server's containers and the floors'.
@@ -125,7 +115,7 @@ class CostConfig:
 
 
 QUICK = CostConfig(
-    concurrencies=(1, 2),
+    concurrencies=(2,),
     batch_concurrencies=(2,),
     seconds=0.5,
     warmup=0.3,
@@ -153,8 +143,8 @@ def start_target(target: str, image: str, models: Path, config_dir: Path, cpus: 
         if target == "batching":
             args.append("--enable_batching")
     else:
-        args += ["-v", f"{BENCH}:/load/bench:ro", "-w", "/load", "-e", "PYTHONPATH=/load",
-                 "-e", "PYTHONDONTWRITEBYTECODE=1", "-e", "TF_CPP_MIN_LOG_LEVEL=2", image,
+        args += [*LOAD_MOUNTS, "-e", "PYTHONDONTWRITEBYTECODE=1", "-e", "TF_CPP_MIN_LOG_LEVEL=2",
+                 image,
                  "python", "-m", "bench.floor", FLOORS[target], *MODELS]  # fmt: skip
     docker(*args)
     return name
@@ -259,8 +249,8 @@ def turns(
 def calls(image: str, models: Path, config: CostConfig) -> dict[str, Any]:
     quick = ["--quick"] if config.call_rounds < CostConfig.call_rounds else []
     done = run_container(
-        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", "-v", f"{BENCH}:/load/bench:ro",
-         "-w", "/load", "-e", "PYTHONPATH=/load", "-e", "TF_CPP_MIN_LOG_LEVEL=2"],
+        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", *LOAD_MOUNTS,
+         "-e", "TF_CPP_MIN_LOG_LEVEL=2"],
         image,
         ["python", "-m", "bench.floor", "calls", *quick, *config.models],
         timeout=900,
@@ -563,60 +553,3 @@ def run(image: str, config: CostConfig) -> dict[str, Any]:
         "cells": analyse(runs),
         "edges": edge,
     }
-
-
-def cli(
-    argv: list[str],
-    *,
-    name: str,
-    doc: str,
-    run: Callable[[str, Any], dict[str, Any]],
-    configs: tuple[Any, Any],
-    table: Callable[[dict[str, Any]], str],
-    quiet_load: float,
-    prog: str = "",
-) -> int:
-    """A benchmark's command line: `python -m bench.NAME [--image] [--out] [--quick] ...`
-    (`prog` when the module's name is not NAME).
-
-        Waits for a quiet machine (not with --quick), pins the image, runs
-        `run(image, configs[1] if --quick else configs[0])`, writes OUT/NAME.json
-        with the machine's facts and prints `table` of it.
-    """
-    parser = argparse.ArgumentParser(
-        prog=prog or f"python -m bench.{name}", description=doc.split("\n\n", maxsplit=1)[0]
-    )
-    parser.add_argument("--image", default="tf-entrypoint:cpu")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
-    parser.add_argument("--quick", action="store_true", help="a smoke of the harness")
-    parser.add_argument("--quiet-load", type=float, default=quiet_load,
-                        help="wait for a 1-min load average below this")  # fmt: skip
-    parser.add_argument("--max-wait", type=float, default=600,
-                        help="seconds to wait for it (0: do not wait)")  # fmt: skip
-    args = parser.parse_args(argv)
-    quiet = None
-    if not args.quick and args.max_wait > 0:
-        quiet = wait_for_quiet(args.quiet_load, args.max_wait)
-    # Every container runs this exact image even if the tag moves meanwhile.
-    pinned = f"tf-entrypoint-bench:{name}-{os.getpid()}"
-    docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
-    try:
-        data = run(pinned, configs[1] if args.quick else configs[0])
-    finally:
-        NAMES.remove_all()
-        docker("rmi", pinned, check=False)
-    facts = machine(args.image)
-    write_json(
-        args.out / f"{name}.json", {"machine": facts, "quiet": quiet, "quick": args.quick, **data}
-    )
-    print(table(data))
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    return cli(argv, name="cost", doc=__doc__, run=run, configs=(CostConfig(), QUICK),
-               table=table, quiet_load=0.6)  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

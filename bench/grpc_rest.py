@@ -29,7 +29,6 @@ client container; a wrong answer fails the part.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -39,8 +38,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import BENCH, LABEL, NAMES, detached_server, docker, loadavg, log, median, now_iso
+from bench.common import (
+    LABEL,
+    LOAD_MOUNTS,
+    NAMES,
+    detached_server,
+    docker,
+    loadavg,
+    log,
+    now_iso,
+)
 from bench.serving import cgroup_stat, export_models, wait_ready, workers_of
+from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp")
 MODES = ("rest", "grpc", "grpc-channels")
@@ -167,13 +176,8 @@ class LoadClient:
             LABEL,
             "--network",
             f"container:{server}",
-            "-v",
-            f"{BENCH}:/load/bench:ro",
+            *LOAD_MOUNTS,
             *docker_args,
-            "-w",
-            "/load",
-            "-e",
-            "PYTHONPATH=/load",
             "-e",
             "PYTHONDONTWRITEBYTECODE=1",
             "-e",
@@ -440,11 +444,3 @@ def summary_line(data: dict[str, Any]) -> str:
         for c in data["cells"]
         if c["grpc_vs_rest"]["rps"]
     )
-
-
-if __name__ == "__main__":  # a quick look: python -m bench.grpc_rest (the image from $IMAGE)
-    result = run_grpc(
-        os.environ.get("IMAGE", "tf-entrypoint:cpu"),
-        GrpcConfig(concurrencies=(1, 8), seconds=1, warmup=0.5, reps=1),
-    )
-    print(json.dumps(result["cells"], indent=1))

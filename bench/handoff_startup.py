@@ -1,22 +1,26 @@
 """The hand-off's cost on this machine: `tf-entrypoint true` against `python -c pass`.
 
-    python -m bench.handoff_startup [TREE ...]   # each TREE: a checkout of this repository
+    python -m bench run startup    # StartupConfig.trees: other checkouts of this repository
 
 `tf-entrypoint true` runs as its console script does (import tf_entrypoint.cli,
 call main). The commands run interleaved (so all see the same machine),
 ROUNDS times each, with a clean environment and TF_ENTRYPOINT_QUIET=1; it
-prints each median and the entrypoint's work before the exec (its median
+records each median and the entrypoint's work before the exec (its median
 minus the baseline's), also as a ratio to `python -c pass`. The README's
 "Start-up" numbers come from here.
 """
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, log
+from harness.stats import median
 
 ROUNDS = 60
 #: What pip's console-script wrapper for `tf-entrypoint true` runs.
@@ -30,8 +34,14 @@ def _once(argv: list[str], cwd: Path) -> float:
     return time.perf_counter() - start
 
 
-def main(trees: list[str]) -> None:
-    roots = [Path(tree).resolve() for tree in trees] or [Path.cwd()]
+@dataclass(frozen=True)
+class StartupConfig:
+    rounds: int = ROUNDS
+    trees: tuple[str, ...] = ()  # checkouts of this repository (default: this one)
+
+
+def run(config: StartupConfig) -> dict[str, Any]:
+    roots = [Path(tree).resolve() for tree in config.trees] or [REPO]
     commands = {"python -c pass": ([sys.executable, "-c", "pass"], roots[0])}
     for root in roots:
         argv = [sys.executable, "-c", _CONSOLE_SCRIPT]
@@ -41,15 +51,18 @@ def main(trees: list[str]) -> None:
         cwd = package_parent if (package_parent / "tf_entrypoint").is_dir() else root
         commands[f"{root}: tf-entrypoint true"] = (argv, cwd)
     times: dict[str, list[float]] = {name: [] for name in commands}
-    for _ in range(ROUNDS):
+    for _ in range(config.rounds):
         for name, (argv, cwd) in commands.items():
             times[name].append(_once(argv, cwd))
-    base = statistics.median(times["python -c pass"])
+    base = median(times["python -c pass"])
+    found = {}
     for name, values in times.items():
-        median = statistics.median(values)
-        work = median - base
-        print(f"{median * 1000:7.1f} ms  work {work * 1000:6.1f} ms = {work / base:4.2f}x  {name}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+        middle = median(values)
+        work = middle - base
+        found[name] = {
+            "median_ms": round(middle * 1000, 2),
+            "work_ms": round(work * 1000, 2),
+            "work_vs_python": round(work / base, 3),
+        }
+        log(f"{middle * 1000:7.1f} ms  work {work * 1000:6.1f} ms = {work / base:4.2f}x  {name}")
+    return {"rounds": config.rounds, "commands": found}

@@ -33,8 +33,9 @@ server, so their differences are the clients'. obstore's GCSStore speaks
 GCS's XML API, which gcp-storage-emulator does not serve: that arm is run
 anyway and its error is recorded, not replaced by a number.
 
-Writes OUT/object_store.json (default docs/bench/) and prints a Markdown
-table. Needs the bench venv (requirements/bench.lock): `make bench-object-store` runs it there.
+The runner writes OUT/object_store.json; the report renders its Markdown
+table. Needs the bench venv (requirements/bench.lock): `make bench-object-store` runs
+`python -m bench run object_store` there.
 """
 
 # The clients, the emulators and packaging are imported late: only the bench venv has them.
@@ -42,7 +43,6 @@ table. Needs the bench venv (requirements/bench.lock): `make bench-object-store`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import importlib.util
@@ -51,7 +51,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -68,7 +67,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, loadavg, log, now_iso, write_json
+from bench.common import REPO, loadavg, log, now_iso
 
 S3_BUCKET = "models-s3"
 GCS_BUCKET = "models-gcs"
@@ -455,7 +454,7 @@ def run_worker(arm: Arm, url: str, lists: int, expected: dict[str, str], tmp: Pa
 
 def import_times(reps: int) -> dict[str, float]:
     """Median wall of `python -c "import M"` less that of `python -c "pass"`, interleaved."""
-    modules = sorted({arm.module for arm in ARMS})
+    modules = sorted({arm.module for arm in ARMS if _importable(arm.module)})
     walls: dict[str, list[float]] = {m: [] for m in [*modules, ""]}
     for rep in range(reps):
         order = [*modules, ""]
@@ -516,8 +515,12 @@ def dependency_closure(dist: str, have: set[str]) -> list[str]:
         name = normalize(todo.pop())
         if name in have or name in seen:
             continue
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue  # not installed here (a --quick run outside the bench venv)
         seen.append(name)
-        for text in metadata.distribution(name).requires or []:
+        for text in requires:
             requirement = Requirement(text)
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
                 todo.append(requirement.name)
@@ -601,6 +604,9 @@ def table(data: dict[str, Any]) -> str:
     ]
     for dist, module in {arm.dist: arm.module for arm in ARMS}.items():
         size = data["installed"][dist]["bytes"] / 1e6
+        if module not in data["import_ms"]:  # not installed where it ran (a --quick smoke)
+            lines.append(f"| {dist} | {NOT_INSTALLED} | |")
+            continue
         lines.append(f"| {dist} | {data['import_ms'][module]:.0f} ms | {size:.1f} MB |")
     lines += [
         "",
@@ -624,7 +630,7 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def measure(size_mib: float, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def measure(size_mib: float, args: ObjectStoreConfig, tmp: Path) -> dict[str, Any]:
     """Fresh emulators holding one version with size_mib of variables; every arm, in turns."""
     files = model_files(size_mib)
     expected = manifest(files)
@@ -638,6 +644,9 @@ def measure(size_mib: float, args: argparse.Namespace, tmp: Path) -> dict[str, A
             for arm in ARMS[rep % len(ARMS) :] + ARMS[: rep % len(ARMS)]:
                 if arm.name == "obstore GCS" and rep > 0:
                     continue  # its failure is deterministic: once is the record
+                if not _importable(arm.module):  # only where args.missing_arms allows it
+                    results.append({"arm": arm.name, "rep": rep, "error": NOT_INSTALLED})
+                    continue
                 result = run_worker(arm, urls[arm.store], args.lists, expected, tmp)
                 result["rep"] = rep
                 log(f"{size_mib:g} MiB rep {rep} {arm.name}: " + json.dumps(
@@ -652,7 +661,7 @@ def measure(size_mib: float, args: argparse.Namespace, tmp: Path) -> dict[str, A
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: ObjectStoreConfig) -> dict[str, Any]:
     have = server_packages(REPO / "requirements" / "cpu.lock")
     load_before = loadavg()
     log("import times")
@@ -660,7 +669,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-objstore-") as tmpdir:
         sizes = [measure(size, args, Path(tmpdir)) for size in args.size_mib]
     dists = sorted({arm.dist for arm in ARMS})
-    versions = {d: metadata.version(d) for d in [*dists, "fsspec", "moto", "gcp-storage-emulator"]}
+    versions = {d: _version(d) for d in [*dists, "fsspec", "moto", "gcp-storage-emulator"]}
     return {
         "bench": "object_store_clients",
         "date": now_iso(),
@@ -688,6 +697,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+NOT_INSTALLED = "not installed in this venv"
 #: What the driver itself needs besides the arms' modules.
 NEEDED = ("boto3", "moto.server", "gcp_storage_emulator", "packaging.requirements")
 
@@ -699,42 +716,47 @@ def _importable(module: str) -> bool:
         return False
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.object_store_clients",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    parser.add_argument(
-        "--size-mib", type=float, nargs="+", default=[64.0, 256.0],
-        help="variables data, one model (and fresh emulators) per size (64 256)",
-    )  # fmt: skip
-    parser.add_argument("--reps", type=int, default=5, help="download runs per arm (5)")
-    parser.add_argument("--lists", type=int, default=3, help="listings per run (3)")
-    parser.add_argument("--import-reps", type=int, default=7, help="imports per module (7)")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--dest", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    for name in ("size_mib", "reps", "lists", "import_reps"):
-        if min(getattr(args, name) if name == "size_mib" else [getattr(args, name)]) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
-    if args.worker:
-        arm = next(a for a in ARMS if a.name == args.worker)
-        expected = json.loads(sys.stdin.read())
-        print(json.dumps(worker(arm, args.url, args.lists, args.dest, expected)))
-        return 0
-    missing = [m for m in sorted({*(a.module for a in ARMS), *NEEDED}) if not _importable(m)]
-    if missing:
-        parser.error(
-            f"{', '.join(missing)} missing: this needs the bench venv"
-            " (requirements/bench.lock); run make bench-object-store"
+@dataclass(frozen=True)
+class ObjectStoreConfig:
+    size_mib: tuple[float, ...] = (64.0, 256.0)  # variables data, one model (and emulators) each
+    reps: int = 5  # download runs per arm
+    lists: int = 3  # listings per run
+    import_reps: int = 7  # imports per module
+    #: Record an arm whose client is not installed as failed ("not installed in this
+    #: venv") instead of refusing to run: the smoke, in the dev venv. Never for figures.
+    missing_arms: bool = False
+
+    def __post_init__(self) -> None:
+        if min(*self.size_mib, self.reps, self.lists, self.import_reps) <= 0:
+            raise ValueError("size_mib, reps, lists, import_reps must be positive")
+
+
+def missing() -> list[str]:
+    """The modules this needs that are not importable here (they are in the bench venv)."""
+    return [m for m in sorted({*(a.module for a in ARMS), *NEEDED}) if not _importable(m)]
+
+
+def run_all(config: ObjectStoreConfig) -> dict[str, Any]:
+    """Every arm at every size, against fresh emulators (`python -m bench run object_store`)."""
+    absent = [m for m in missing() if m in NEEDED or not config.missing_arms]
+    if absent:
+        raise RuntimeError(
+            f"{', '.join(absent)} missing: this needs the bench venv (requirements/bench.lock)"
         )
-    # A SIGTERM unwinds like Ctrl-C, so the emulators are stopped too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    data = run(args)
-    write_json(args.out / "object_store.json", data)
-    print(table(data))
+    return run(config)  # python -m bench turns SIGTERM into SystemExit: the emulators stop
+
+
+def main(argv: list[str]) -> int:
+    """A worker process of one arm (run_worker starts it): `--worker ARM --url URL --dest DIR`,
+    the expected hashes on stdin; prints one JSON line."""
+    values = dict(zip(argv[::2], argv[1::2], strict=True))
+    arm = next(a for a in ARMS if a.name == values["--worker"])
+    expected = json.loads(sys.stdin.read())
+    print(
+        json.dumps(
+            worker(arm, values["--url"], int(values["--lists"]), Path(values["--dest"]), expected)
+        )
+    )
     return 0
 
 

@@ -14,7 +14,15 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import BENCH, LABEL, last_json_line, loadavg, log, now_iso, run_container
+from bench.common import (
+    LABEL,
+    LOAD_MOUNTS,
+    last_json_line,
+    loadavg,
+    log,
+    now_iso,
+    run_container,
+)
 
 #: Issue 7's targets, in ms.
 TARGET_CONTAINER_ADDED_MS = 50
@@ -95,11 +103,10 @@ def run_overhead(image: str, pairs: int, rounds: int, tf_rounds: int) -> dict[st
             "python",
             "-e",
             "TF_ENTRYPOINT_HOOK=off",
-            "-v",
-            f"{BENCH}:/bench:ro",
+            *LOAD_MOUNTS,
         ],
         image,
-        ["/bench/overhead_probe.py", "--rounds", str(rounds), "--tf-rounds", str(tf_rounds)],
+        ["-m", "bench.overhead_probe", "--rounds", str(rounds), "--tf-rounds", str(tf_rounds)],
         timeout=900,
     )
     probe = last_json_line(done.stdout)

@@ -1,7 +1,7 @@
 """Start-up costs measured inside one container; runs INSIDE the image.
 
-    docker run --rm --entrypoint python -e TF_ENTRYPOINT_HOOK=off -v "$PWD/bench:/bench:ro" \
-        tf-entrypoint:cpu /bench/overhead_probe.py [--rounds 200] [--tf-rounds 5]
+    python -m bench.overhead_probe [--rounds 200] [--tf-rounds 5]   # in the image, the hook
+                                                                     # off, bench/ at /load
 
 Times whole processes (fork, exec, run, exit), interleaved round by round in
 a rotating order, so the container start is out of the picture:
@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from harness.stats import spread
 
 PLAN = (
     '{"version":1,"intra_op_threads":1,"inter_op_threads":1,'
@@ -73,14 +75,7 @@ def variants() -> dict[str, tuple[list[str], dict[str, str]]]:
 
 def spread_ms(values_ns: list[int]) -> dict[str, float]:
     ms = sorted(v / 1e6 for v in values_ns)
-    deciles = statistics.quantiles(ms, n=10) if len(ms) > 1 else [ms[0]] * 9
-    return {
-        "median": round(statistics.median(ms), 3),
-        "p10": round(deciles[0], 3),
-        "p90": round(deciles[-1], 3),
-        "min": round(ms[0], 3),
-        "n": len(ms),
-    }
+    return {**spread(ms), "min": round(ms[0], 3), "n": len(ms)}
 
 
 def time_processes(rounds: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Where the server's CPU goes per predict: py-spy profiles under load (issue 24).
 
-    python -m bench.profiles [--image IMAGE] [--out DIR] [--seconds S] [--quick]
+    python -m bench run profiles [--image IMAGE] [--out DIR] [--quick]   # into OUT/profiles/
 
 One server (`tf-entrypoint serve`, --cpus 1, half_plus_two and the MLP, as
 bench/cost.py's) under batch-1 predicts from 8 connections
@@ -24,13 +24,12 @@ call, the server's own modules), and the samples are set against the CPU the
 container's cgroup counted meanwhile: py-spy sees Python threads only, so
 what TensorFlow's and gRPC's native threads spend shows as the rest.
 
-Writes OUT/NAME.svg and OUT/NAME.speedscope.json per cell and
-OUT/profiles.json (default docs/bench/profiles/), and prints a summary.
+Writes OUT/profiles/NAME.svg and OUT/profiles/NAME.speedscope.json per cell;
+the runner writes OUT/profiles/profiles.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import LABEL, NAMES, REPO, docker, loadavg, log, now_iso, write_json
+from bench.common import LABEL, NAMES, loadavg, log, now_iso
 from bench.cost import MODELS, start_target, wait_target
 from bench.grpc_rest import LoadClient, cpu_seconds, model_config
 from bench.serving import export_models
@@ -225,7 +224,15 @@ def summarise(
 # --- the run ------------------------------------------------------------------
 
 
-def run(image: str, out: Path, seconds: float) -> dict[str, Any]:
+def run(
+    image: str,
+    out: Path,
+    seconds: float,
+    chosen: tuple[tuple[str, str], ...] = CELLS,
+    margin: float = 20.0,
+) -> dict[str, Any]:
+    """Record the `chosen` cells ((mode, model) each) for `seconds`; each cell's load window
+    lasts two recordings and `margin` seconds (py-spy's container starts) more."""
     binary, wheel_sha256 = pyspy_binary()
     began, load_before = now_iso(), loadavg()
     workdir = Path(tempfile.mkdtemp(prefix="tfe-bench-profiles-"))
@@ -247,9 +254,9 @@ def run(image: str, out: Path, seconds: float) -> dict[str, Any]:
             try:
                 if not all(client.ready["checks"].values()):
                     raise RuntimeError(f"a path answers wrongly: {client.ready['checks']}")
-                for mode, model in CELLS:
+                for mode, model in chosen:
                     name = f"{mode}-{model}-c{CONCURRENCY}"
-                    window = 2 * seconds + 20
+                    window = 2 * seconds + margin
                     client.window(mode, model, CONCURRENCY, 2.0, last=False)  # warm
                     client.send({"mode": mode, "model": model, "concurrency": CONCURRENCY,
                                  "seconds": window, "last": True})  # fmt: skip
@@ -314,34 +321,3 @@ def run(image: str, out: Path, seconds: float) -> dict[str, Any]:
         "seconds": seconds,
         "cells": cells,
     }
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.profiles", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--image", default="tf-entrypoint:cpu")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench" / "profiles")
-    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per recording")
-    parser.add_argument("--quick", action="store_true", help="2 s recordings: a smoke")
-    args = parser.parse_args(argv)
-    pinned = f"tf-entrypoint-bench:profiles-{os.getpid()}"
-    docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
-    try:
-        data = run(pinned, args.out, 2.0 if args.quick else args.seconds)
-    finally:
-        NAMES.remove_all()
-        docker("rmi", pinned, check=False)
-    write_json(args.out / "profiles.json", {"quick": args.quick, "image": args.image, **data})
-    for cell in data["cells"]:
-        print(
-            f"{cell['name']}: {cell['cpu_us_per_request']} µs/req, "
-            f"python-visible {cell['python_visible']}"
-        )
-        for key, share in list(cell["categories"].items())[:10]:
-            print(f"  {share:6.1%}  {key}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -49,15 +49,15 @@ cannot look fast. Latency is per request, from send to the full answer.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.serving import read_message, request_body
+from bench.serving import request_body
+from harness.load import Caller, Failed, HttpCaller, Tally, closed_loop
 
 HOST = "127.0.0.1"
 REST_PORT = 8501
@@ -238,59 +238,47 @@ class Client:
 
     # --- one window ---------------------------------------------------------------
 
-    async def rest_caller(self, mode: str, model: str, deadline: float, tally: Tally) -> None:
-        raw = self.rest_raw[model if mode == "rest" else f"{mode} {model}"]
-        while time.perf_counter() < deadline:
-            try:
-                reader, writer = await asyncio.open_connection(HOST, REST_PORT)
-            except OSError as err:
-                tally.errors[f"connect: {err}"] += 1
-                await asyncio.sleep(0.01)
-                continue
-            try:
-                while time.perf_counter() < deadline:
-                    sent = time.perf_counter()
-                    writer.write(raw)
-                    await writer.drain()
-                    status, headers, body = await read_message(reader)
-                    if status != 200:
-                        tally.errors[f"HTTP {status}"] += 1
-                        continue
-                    tally.latencies.append(time.perf_counter() - sent)
-                    if not tally.first:
-                        tally.first.append(
-                            self.rest_answer(body)
-                            if mode == "rest"
-                            else self.v2_answer(mode, headers, body)
-                        )
-            except (OSError, asyncio.IncompleteReadError, ValueError) as err:
-                tally.errors[type(err).__name__] += 1
-            finally:
-                writer.close()
+    def rest_caller(self, mode: str, model: str) -> Caller:
+        """A keep-alive HTTP/1.1 caller; its answer is (headers, body)."""
+        return HttpCaller(
+            HOST, REST_PORT, self.rest_raw[model if mode == "rest" else f"{mode} {model}"]
+        )
 
-    async def grpc_caller(
-        self, mode: str, channel: Any, model: str, deadline: float, tally: Tally
-    ) -> None:
+    def grpc_caller(self, mode: str, channel: Any, model: str) -> Caller:
+        """A caller on `channel` (shared with the window's other callers)."""
         if mode == "v2-grpc":
             call = channel.unary_unary(
                 V2_INFER,
                 request_serializer=self.v2_proto.ModelInferRequest.SerializeToString,
                 response_deserializer=self.v2_proto.ModelInferResponse.FromString,
             )
-            request, answer = self.v2_requests[model], self.v2_grpc_answer
+            request = self.v2_requests[model]
         else:
             call, request = self.stub_class(channel).Predict, self.requests[model]
-            answer = self.grpc_answer
-        while time.perf_counter() < deadline:
-            sent = time.perf_counter()
-            try:
-                response = await call(request, timeout=30)
-            except self.grpc.aio.AioRpcError as err:
-                tally.errors[err.code().name] += 1
-                continue
-            tally.latencies.append(time.perf_counter() - sent)
-            if not tally.first:
-                tally.first.append(answer(response))
+        error = self.grpc.aio.AioRpcError
+
+        class Grpc:
+            async def connect(self) -> None:
+                pass
+
+            async def send(self) -> Any:
+                try:
+                    return await call(request, timeout=30)
+                except error as err:
+                    raise Failed(err.code().name) from err
+
+            async def close(self) -> None:
+                pass
+
+        return Grpc()
+
+    def decode(self, mode: str, raw: Any) -> Any:
+        """The first answer of a window, decoded to compare with the expected one."""
+        if mode == "rest":
+            return self.rest_answer(raw[1])
+        if mode in REST_MODES:
+            return self.v2_answer(mode, *raw)
+        return self.v2_grpc_answer(raw) if mode == "v2-grpc" else self.grpc_answer(raw)
 
     async def window(
         self, mode: str, model: str, concurrency: int, seconds: float, *, last: bool = True
@@ -302,59 +290,31 @@ class Client:
             await channel.close()
         self.stale = []
         tally = Tally()
+        connections: list[int] = []
         started = time.perf_counter()
-        deadline = started + seconds
 
         async def watch() -> None:
             await asyncio.sleep(min(seconds / 2, 1.0))
-            tally.connections.append(count_connections(REST_PORT if rest else GRPC_PORT))
+            connections.append(count_connections(REST_PORT if rest else GRPC_PORT))
 
-        if rest:
-            callers = [self.rest_caller(mode, model, deadline, tally) for _ in range(concurrency)]
-        else:
-            callers = [
-                self.grpc_caller(mode, channels[i % len(channels)], model, deadline, tally)
-                for i in range(concurrency)
-            ]
-        await asyncio.gather(watch(), *callers)
+        made = itertools.count()
+
+        def make() -> Caller:
+            if rest:
+                return self.rest_caller(mode, model)
+            return self.grpc_caller(mode, channels[next(made) % len(channels)], model)
+
+        await asyncio.gather(
+            watch(), closed_loop(make, concurrency, tally, deadline=started + seconds)
+        )
         elapsed = time.perf_counter() - started
         if last:
             await self.close_channels()
-        return tally.result(elapsed, self.expected[model])
-
-
-@dataclass
-class Tally:
-    """What one window's callers record."""
-
-    latencies: list[float] = field(default_factory=list)
-    errors: Counter[str] = field(default_factory=Counter)
-    first: list[Any] = field(default_factory=list)
-    connections: list[int] = field(default_factory=list)
-
-    def result(self, elapsed: float, expected: Any) -> dict[str, Any]:
-        latencies = sorted(self.latencies)
-
-        def pct(q: float) -> float:
-            if not latencies:
-                return 0.0
-            return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1e3
-
-        answer = self.first[0] if self.first else None
-        right = answer is not None and close(answer, expected)
-        errors = sum(self.errors.values())
+        answer = self.decode(mode, tally.first[0]) if tally.first else None
+        right = answer is not None and close(answer, self.expected[model])
         return {
-            "requests": len(latencies) + errors,
-            "ok": len(latencies),
-            "errors": errors,
-            "error_kinds": dict(self.errors),
-            "seconds": round(elapsed, 4),
-            "rps": round(len(latencies) / elapsed, 2),
-            "p50_ms": round(pct(50), 4),
-            "p90_ms": round(pct(90), 4),
-            "p99_ms": round(pct(99), 4),
-            "max_ms": round(latencies[-1] * 1e3, 4) if latencies else 0.0,
-            "connections": self.connections[0] if self.connections else None,
+            **tally.summary(elapsed, points=(50, 90, 99), digits=4),
+            "connections": connections[0] if connections else None,
             "answer_ok": right,
             "answer": None if right else answer,
         }

@@ -1,40 +1,71 @@
-"""Render the benchmark results (JSON) as a Markdown table and PNG plots.
+"""Render the benchmark results (JSON) as Markdown, the plots, and docs/benchmarks.md.
 
-    python -m bench.report [--out docs/bench] [--no-plot]
+    python -m bench report [--out docs/bench] [--no-plot]
 
-Reads sweep.json, overhead.json, serving.json, swap.json, grpc.json, batching.json,
-soak.json and session_call.json from --out (whichever exist) and
-docs/image-build-cpu.json, writes results.md, quota-sweep.png and serving.png
-there. bench/run.py and bench/soak.py call this after measuring (bench/session_call.py
-writes only its JSON); run it alone to re-render without measuring again. The
-plots need matplotlib (requirements/bench.lock).
+Reads each scenario's result file (bench/scenarios.py; the one schema of
+bench/results.py, or a file written before it) from --out and
+docs/image-build-cpu.json, and writes, ordered by scenario:
+
+- OUT/results.md: every mode of every cell of each scenario's latest result;
+- quota-sweep.png and serving.png (matplotlib, requirements/bench.lock);
+- when OUT is docs/bench: docs/benchmarks.md. That file is hand-written prose
+  per scenario (what the figures mean, kept as written) around one generated
+  block per scenario, between `<!-- figures: NAME -->` and
+  `<!-- /figures -->`: when the latest result was made, on what, by which
+  command, and its headline table. The report rewrites the generated blocks
+  and puts the sections in the registry's order; a scenario without a
+  section gets one (its title, what it shows, the block).
+
+`python -m bench run` calls this after measuring.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
-import sys
+import re
 from pathlib import Path
 from typing import Any
 
+from bench import results as schema
 from bench.common import REPO, log
+from bench.scenarios import SCENARIOS
 
-PARTS = ("sweep", "overhead", "serving", "swap", "grpc", "batching", "soak", "session_call")
 WORKLOAD_TITLES = {
     "infer1": "inference, batch 1",
     "infer64": "inference, batch 64",
     "train": "training step, batch 64",
 }
+DOCS = REPO / "docs" / "benchmarks.md"
 
 
 def load_parts(out: Path) -> dict[str, Any]:
+    """name -> the latest result of each scenario found in `out`, in the form the renderers
+    read (the scenario's own dict, with "machine" and "quiet" beside it)."""
     parts = {}
-    for part in PARTS:
-        path = out / f"{part}.json"
-        if path.exists():
-            parts[part] = json.loads(path.read_text())
+    for scenario in SCENARIOS:
+        doc = schema.load(out / f"{scenario.result_name}.json")
+        if doc is None:
+            continue
+        if doc["schema"] == 0:
+            part = dict(doc["results"])
+        else:
+            image = doc["image"] or {}
+            part = {
+                **doc["results"],
+                "machine": {
+                    **doc["machine"],
+                    "image": image.get("tag", ""),
+                    "image_id": image.get("id", ""),
+                },
+                "quiet": doc["quiet"],
+                "quick": doc["quick"],
+            }
+            part.setdefault("command", doc["command"])
+            part.setdefault("started", doc["when"]["started"])
+            part.setdefault("finished", doc["when"]["finished"])
+        part["_doc"] = doc
+        parts[scenario.name] = part
     return parts
 
 
@@ -64,12 +95,14 @@ def paired(stat: dict[str, float] | None) -> str:
 
 
 def machine_line(parts: dict[str, Any]) -> str:
-    part = next(iter(parts.values()))
+    part = next((p for p in parts.values() if p.get("machine", {}).get("cpu_model")), None)
+    if part is None:
+        return "unknown"
     m = part["machine"]
     return (
-        f"{m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['os']}, kernel "
-        f"{m['kernel']}, Docker {m['docker']} (cgroup {m['cgroup']}); image `{m['image']}` "
-        f"({m['image_id']})"
+        f"{m['cpu_model']}, {m['cpus']} CPUs, {m['memory_gib']} GiB, {m.get('os', '?')}, kernel "
+        f"{m['kernel']}, Docker {m.get('docker', '?')} (cgroup {m.get('cgroup', '?')}); image "
+        f"`{m.get('image', '?')}` ({m.get('image_id', '?')})"
     )
 
 
@@ -83,9 +116,12 @@ def load_lines(parts: dict[str, Any]) -> list[str]:
             f"{quiet['threshold']}: {state}; load at start {quiet['loadavg_at_start']}."
         )
     for name, part in parts.items():
+        if "loadavg_before" not in part:
+            continue
         lines.append(
-            f"- {name}: {part['started']} to {part['finished']}, load average (1/5/15 min) "
-            f"before {part['loadavg_before']}, after {part['loadavg_after']}."
+            f"- {name}: {part.get('started', '?')} to {part.get('finished', '?')}, load "
+            f"average (1/5/15 min) before {part['loadavg_before']}, after "
+            f"{part.get('loadavg_after', '?')}."
         )
     return lines
 
@@ -673,37 +709,212 @@ def session_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _module_table(module: str) -> Any:
+    def render(data: dict[str, Any]) -> list[str]:
+        table: str = importlib.import_module(f"bench.{module}").table(data)
+        return table.splitlines()
+
+    return render
+
+
+def startup_markdown(data: dict[str, Any]) -> list[str]:
+    lines = [
+        f"{data['rounds']} interleaved rounds, medians:",
+        "",
+        "| command | median | work before the exec | work / python -c pass |",
+        "|---|---|---|---|",
+    ]
+    for name, c in data["commands"].items():
+        lines.append(
+            f"| {name} | {c['median_ms']:.1f} ms | {c['work_ms']:.1f} ms "
+            f"| {c['work_vs_python']:.2f}x |"
+        )
+    return lines
+
+
+def workers_markdown(data: dict[str, Any]) -> list[str]:
+    lines = ["| cpus | workers | rows | req/s | p50 | p99 |", "|---|---|---|---|---|---|"]
+    for r in data["runs"]:
+        lines.append(
+            f"| {r['cpus']} | {r['workers']} | {r['batch']} | {num(r['rps'])} "
+            f"| {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms |"
+        )
+    return lines
+
+
+def app_cost_markdown(data: dict[str, Any]) -> list[str]:
+    return [
+        "| the server's app | a bare ASGI app | the server's own Python |",
+        "|---|---|---|",
+        f"| {data['server_us']:.1f} µs | {data['bare_us']:.1f} µs "
+        f"| {data['server_us'] - data['bare_us']:.1f} µs |",
+    ]
+
+
+def request_memory_markdown(data: dict[str, Any]) -> list[str]:
+    if "cases" not in data:  # the recorded history: {"before": run, "after": run} (issue 31)
+        lines = []
+        for label, run in data.items():
+            if isinstance(run, dict) and "cases" in run:
+                lines += [f"**{label}** (`{run.get('image', '?')}`):", ""]
+                lines += [*request_memory_markdown(run), ""]
+        return lines[:-1]
+    lines = ["| case | request | answer | peak added / request size |", "|---|---|---|---|"]
+    for case, c in data["cases"].items():
+        factor = "OOM" if c["oom_killed"] else f"{c['factor']}x"
+        lines.append(f"| {case} | {c['request_bytes']:,} B | {c['answer']} | {factor} |")
+    return lines
+
+
+def profiles_markdown(data: dict[str, Any]) -> list[str]:
+    lines = ["| cell | CPU µs per request | req/s | Python-visible |", "|---|---|---|---|"]
+    for c in data["cells"]:
+        lines.append(
+            f"| {c['name']} | {num(c['cpu_us_per_request'])} | {num(c['rps'])} "
+            f"| {c['python_visible']:.0%} |"
+        )
+    return lines
+
+
+#: scenario -> its section of results.md (the first line of a section is its heading when
+#: it starts with "## ", else the scenario's title is).
+SECTIONS: dict[str, Any] = {
+    "sweep": lambda d: [*sweep_markdown(d), "", "![quota sweep](quota-sweep.png)"],
+    "overhead": overhead_markdown,
+    "startup": startup_markdown,
+    "serving": lambda d: [*serving_markdown(d), "", "![serving](serving.png)"],
+    "swap": swap_markdown,
+    "grpc": grpc_markdown,
+    "batching": batching_markdown,
+    "workers": workers_markdown,
+    "cost": _module_table("cost"),
+    "profiles": profiles_markdown,
+    "app_cost": app_cost_markdown,
+    "v2": _module_table("v2_cost"),
+    "session_call": session_markdown,
+    "request_memory": request_memory_markdown,
+    "soak": soak_markdown,
+    "object_store": _module_table("object_store_clients"),
+    "before_after": _module_table("before_after"),
+}
+
+
+def section(name: str, part: dict[str, Any]) -> list[str]:
+    body: list[str] = SECTIONS[name](part)
+    if body and body[0].startswith("## "):
+        return body
+    title = next(s.title for s in SCENARIOS if s.name == name)
+    return [f"## {title}", "", *body]
+
+
+def provenance(name: str, part: dict[str, Any]) -> str:
+    """When and how the latest result was made: a line for docs/benchmarks.md."""
+    doc = part["_doc"]
+    scenario = next(s for s in SCENARIOS if s.name == name)
+    when = (doc["when"].get("started") or "undated")[:10]
+    m = doc["machine"] or {}
+    where = f"{m.get('cpus', '?')} CPUs ({m.get('cpu_model', 'unknown')})" if m else "unknown"
+    quick = " (a --quick run: a smoke, not figures)" if doc["quick"] else ""
+    if doc["command"]:
+        made = f"made by `{doc['command']}`"
+    else:
+        made = f"made by the command of the time (today: `python -m bench run {name}`)"
+    legacy = ", recorded before the one result schema" if doc["schema"] == 0 else ""
+    return (
+        f"Latest result: [`docs/bench/{scenario.result_name}.json`](bench/"
+        f"{scenario.result_name}.json){legacy}, {when}, on {where}; {made}{quick}."
+    )
+
+
+def headline(lines: list[str]) -> list[str]:
+    """A section up to the end of its first table (the rest is in results.md)."""
+    seen_table = False
+    for i, line in enumerate(lines):
+        if line.startswith("|"):
+            seen_table = True
+        elif seen_table:
+            more = ["", "Every table of this result: [results.md](results.md)."]
+            return lines[:i] + (more if any(x.startswith("|") for x in lines[i:]) else [])
+    return lines
+
+
 def markdown(parts: dict[str, Any]) -> str:
     lines = [
         "# tf-entrypoint benchmarks",
         "",
-        "Generated by `python -m bench.run` (`make bench`) from the JSON files next to this "
-        "one; `python -m bench.report` re-renders it. Benchmarks, not tests: nothing here "
-        "is asserted.",
+        "Generated by `python -m bench run` (`make bench`) from the JSON files next to this "
+        "one; `python -m bench report` re-renders it. Benchmarks, not tests: nothing here "
+        "is asserted. One section per scenario, in bench/scenarios.py's order.",
         "",
         f"Machine: {machine_line(parts)}.",
         "",
         *load_lines(parts),
         "",
     ]
-    if "sweep" in parts:
-        lines += [*sweep_markdown(parts["sweep"]), "", "![quota sweep](quota-sweep.png)", ""]
-    if "overhead" in parts:
-        lines += [*overhead_markdown(parts["overhead"]), ""]
-    if "serving" in parts:
-        lines += [*serving_markdown(parts["serving"]), "", "![serving](serving.png)", ""]
-    if "swap" in parts:
-        lines += [*swap_markdown(parts["swap"]), ""]
-    if "grpc" in parts:
-        lines += [*grpc_markdown(parts["grpc"]), ""]
-    if "batching" in parts:
-        lines += [*batching_markdown(parts["batching"]), ""]
-    if "soak" in parts:
-        lines += [*soak_markdown(parts["soak"]), ""]
-    if "session_call" in parts:
-        lines += [*session_markdown(parts["session_call"]), ""]
+    for scenario in SCENARIOS:
+        if scenario.name in parts:
+            lines += [*section(scenario.name, parts[scenario.name]), ""]
     lines += image_build_markdown()
     return "\n".join(lines).rstrip() + "\n"
+
+
+BLOCK = re.compile(r"<!-- figures: (\w+) -->\n.*?<!-- /figures -->", re.S)
+HEADING = re.compile(r"^<!-- scenario: (\w+) -->$", re.M)
+
+
+LINK = re.compile(r"\]\((?!https?:|#|/)([^)]+)\)")
+
+
+def _rebase(line: str) -> str:
+    """A line of results.md (in docs/bench/) with its relative links made from docs/."""
+
+    def moved(match: re.Match[str]) -> str:
+        target = match.group(1)
+        return f"]({target[3:] if target.startswith('../') else 'bench/' + target})"
+
+    return LINK.sub(moved, line)
+
+
+def benchmarks_doc(text: str, parts: dict[str, Any]) -> str:
+    """docs/benchmarks.md with its sections in the registry's order and every generated
+    block rewritten. A section runs from its `<!-- scenario: NAME -->` line to the next."""
+    marks = list(HEADING.finditer(text))
+    head = text[: marks[0].start()] if marks else text.rstrip() + "\n\n"
+    sections = {
+        m.group(1): text[m.start() : marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+        for i, m in enumerate(marks)
+    }
+    unknown = set(sections) - {s.name for s in SCENARIOS}
+    if unknown:
+        raise ValueError(f"docs/benchmarks.md has sections of no scenario: {sorted(unknown)}")
+    out = [head.rstrip() + "\n"]
+    for scenario in SCENARIOS:
+        body = sections.get(scenario.name) or (
+            f"<!-- scenario: {scenario.name} -->\n## {scenario.title}\n\n"
+            f"{scenario.shows[0].upper()}{scenario.shows[1:]}.\n\n"
+            f"<!-- figures: {scenario.name} -->\n<!-- /figures -->\n"
+        )
+        part = parts.get(scenario.name)
+        block = (
+            [
+                provenance(scenario.name, part),
+                "",
+                *map(_rebase, headline(SECTIONS[scenario.name](part))),
+            ]
+            if part
+            else [f"No result yet: `python -m bench run {scenario.name}`."]
+        )
+        if block[2:3] and block[2].startswith("## "):
+            block = block[:2] + block[4:]  # the section's own heading is the doc's
+        generated = (
+            f"<!-- figures: {scenario.name} -->\n" + "\n".join(block) + "\n<!-- /figures -->"
+        )
+        if BLOCK.search(body):
+            body = BLOCK.sub(lambda _match: generated, body, count=1)  # noqa: B023 - used at once
+        else:
+            body = body.rstrip() + "\n\n" + generated + "\n"
+        out.append("\n" + body.strip() + "\n")
+    return "".join(out)
 
 
 # --- plots --------------------------------------------------------------------
@@ -822,25 +1033,15 @@ def plot_serving(serving: dict[str, Any], path: Path) -> None:
 def render(out: Path, plots: bool = True) -> dict[str, Any]:
     parts = load_parts(out)
     if not parts:
-        raise SystemExit(f"no results in {out}: run python -m bench.run first")
+        raise SystemExit(f"no results in {out}: run python -m bench run first")
     (out / "results.md").write_text(markdown(parts))
     log(f"wrote {out / 'results.md'}")
+    if out.resolve() == DOCS.parent / "bench":
+        DOCS.write_text(benchmarks_doc(DOCS.read_text(), parts))
+        log(f"wrote {DOCS}")
     if plots:
         if "sweep" in parts:
             plot_sweep(parts["sweep"], out / "quota-sweep.png")
         if "serving" in parts:
             plot_serving(parts["serving"], out / "serving.png")
     return parts
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
-    parser.add_argument("--no-plot", action="store_true")
-    args = parser.parse_args(argv)
-    render(args.out, plots=not args.no_plot)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

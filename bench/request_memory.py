@@ -1,6 +1,6 @@
 """Memory per request, measured: what one request of each worst case adds to a server's peak.
 
-    python -m bench.request_memory [--image tf-entrypoint:cpu] [--out FILE.json]
+    python -m bench run request_memory [--image tf-entrypoint:cpu]
 
 For each case a fresh server (--cpus 1, --memory 4g, the memory tests'
 models: plus, mlp, examples) answers one request of about --max-body-bytes
@@ -15,21 +15,19 @@ image; stdlib only on the host.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import LABEL, NAMES, REPO, detached_server, docker, log, write_json
+from bench.common import LABEL, NAMES, REPO, detached_server, docker, library, log
 
 TESTS = REPO / "tests" / "container"
 BODY = 8 * 1024 * 1024
@@ -160,13 +158,17 @@ def _grpc(image: str, op: dict[str, Any], name: str, url: str) -> str:
     return code
 
 
-def measure(image: str, models: Path) -> dict[str, Any]:
+def measure(image: str, models: Path, chosen: tuple[str, ...]) -> dict[str, Any]:
     results: dict[str, Any] = {}
     cases: list[tuple[str, str, int, Callable[[str, str], Any]]] = []
     for case, (about, path, make) in REST_CASES.items():
+        if case not in chosen:
+            continue
         body = make()
         cases.append((case, about, len(body), functools.partial(_rest, path, body)))
     for case, (about, op, size) in GRPC_CASES.items():
+        if case not in chosen:
+            continue
         cases.append((case, about, size, functools.partial(_grpc, image, op)))
     for case, about, size, send in cases:
         name, url = _start(image, models)
@@ -186,37 +188,22 @@ def measure(image: str, models: Path) -> dict[str, Any]:
     return results
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.request_memory", description=__doc__)
-    parser.add_argument("--image", default=os.environ.get("IMAGE", "tf-entrypoint:cpu"))
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+@dataclass(frozen=True)
+class RequestMemoryConfig:
+    cases: tuple[str, ...] = (*REST_CASES, *GRPC_CASES)  # a fresh server each
+
+
+#: The model library's folders (harness/models.py) this serves: the memory tests' models.
+LIBRARY_MODELS: dict[str, str | tuple[str, tuple[int, ...]]] = {
+    "plus": ("plus", (1,)),
+    "mlp": "batch/mlp",
+    "examples": "examples",
+}
+
+
+def run(image: str, config: RequestMemoryConfig) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tfe-request-memory-") as tmp:
-        models = Path(tmp)
-        models.chmod(0o777)
-        for command in (
-            ["python", "/t/make_models.py", "/models/plus", "1"],
-            ["python", "/t/make_batch_models.py", "/models"],
-            ["python", "/t/make_models.py", "/models/examples", "1", "--kind",
-             "classify_regress"],
-        ):  # fmt: skip
-            docker("run", "--rm", "--label", LABEL, "-v", f"{models}:/models",
-                   "-v", f"{TESTS}:/t:ro", args.image, *command, timeout=300)  # fmt: skip
+        models = library(image).tree(Path(tmp) / "models", LIBRARY_MODELS)
         (models / "models.config").write_text(CONFIG)
-        try:
-            results = measure(args.image, models)
-        finally:
-            NAMES.remove_all()
-            docker("run", "--rm", "-v", f"{models}:/models", "--entrypoint", "rm",
-                   args.image, "-rf", "/models/plus", "/models/mlp", "/models/examples",
-                   check=False)  # fmt: skip
-    report = {"image": args.image, "memory_limit": MEMORY, "cases": results}
-    if args.out:
-        write_json(args.out, report)
-    json.dump(report, sys.stdout, indent=1)
-    print()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+        results = measure(image, models, config.cases)  # each server removed after its case
+    return {"memory_limit": MEMORY, "cases": results}

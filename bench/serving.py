@@ -22,30 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 import time
 import urllib.request
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    BENCH,
     NAMES,
-    REPO,
     detached_server,
     docker,
     last_json_line,
+    library,
     loadavg,
     log,
-    median,
     now_iso,
-    run_container,
 )
+from harness.load import HttpCaller, Tally, closed_loop, http_request, read_message
+from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp")
 MODES = ("auto", "defaults")
@@ -77,39 +74,18 @@ class ServingConfig:
 # --- models and servers -------------------------------------------------------
 
 
+#: Each benchmark model's folder in the harness model library (harness/models.py).
+LIBRARY_MODELS = {
+    "half_plus_two": "half_plus_two/half_plus_two",
+    "mlp": "mlp",
+}
+
+
 def export_models(image: str, target: Path, models: tuple[str, ...]) -> None:
-    """Write the models into target (TF Serving layout), owned by this user."""
-    user = [
-        "--user",
-        f"{os.getuid()}:{os.getgid()}",
-        "-e",
-        "HOME=/tmp",
-        "--network",
-        "none",
-        "-v",
-        f"{target}:/models",
-    ]
-    if "half_plus_two" in models:
-        run_container(
-            [*user, "-v", f"{REPO / 'demo'}:/demo:ro"],
-            image,
-            [
-                "python",
-                "/demo/train.py",
-                "--model-base-path",
-                "/models",
-                "--model-name",
-                "half_plus_two",
-            ],
-            timeout=300,
-        )
-    if "mlp" in models:
-        run_container(
-            [*user, "-v", f"{BENCH}:/bench:ro"],
-            image,
-            ["python", "/bench/workload.py", "--export", "/models/mlp/1"],
-            timeout=300,
-        )
+    """Copy the models from the harness model library into target (TF Serving layout)."""
+    found = library(image)
+    for model in models:
+        found.copy(LIBRARY_MODELS[model], target / model)
 
 
 def start_server(
@@ -239,84 +215,31 @@ def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict[str, A
     }
 
 
-async def read_message(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length: (status, headers (lower-case names), body)."""
-    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    headers = {}
-    for line in head[1:]:
-        if line:
-            key, _, value = line.partition(":")
-            headers[key.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", 0))
-    return int(head[0].split()[1]), headers, await reader.readexactly(length)
-
-
 async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     """One HTTP/1.1 response with a Content-Length: (status, body)."""
     status, _, body = await read_message(reader)
     return status, body
 
 
-async def _client(
-    host: str,
-    port: int,
-    raw: bytes,
-    deadline: float,
-    *,
-    latencies: list[float],
-    codes: Counter[int],
-) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            writer.write(raw)
-            await writer.drain()
-            status, _ = await read_response(reader)
-            codes[status] += 1
-            latencies.append(time.perf_counter() - started)
-    finally:
-        writer.close()
-
-
-async def _python_load(
-    url: str, body: bytes, concurrency: int, seconds: float
-) -> tuple[list[float], Counter[int], float]:
+def python_client(url: str, body: bytes, concurrency: int, seconds: float) -> dict[str, Any]:
+    """harness/load.py's closed loop: `concurrency` keep-alive connections for `seconds`."""
     host, port_path = url.removeprefix("http://").split(":", 1)
     port, path = port_path.split("/", 1)
-    raw = (
-        f"POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    latencies: list[float] = []
-    codes: Counter[int] = Counter()
-    started = time.perf_counter()
-    deadline = started + seconds
-    await asyncio.gather(
-        *(
-            _client(host, int(port), raw, deadline, latencies=latencies, codes=codes)
-            for _ in range(concurrency)
+    raw = http_request("POST", host, f"/{path}", body)
+    tally = Tally()
+
+    async def go() -> float:
+        started = time.perf_counter()
+        await closed_loop(
+            lambda: HttpCaller(host, int(port), raw, lambda status: 200 <= status < 300),
+            concurrency,
+            tally,
+            deadline=started + seconds,
         )
-    )
-    return latencies, codes, time.perf_counter() - started
+        return time.perf_counter() - started
 
-
-def python_client(url: str, body: bytes, concurrency: int, seconds: float) -> dict[str, Any]:
-    latencies, codes, elapsed = asyncio.run(_python_load(url, body, concurrency, seconds))
-    latencies.sort()
-    ok = sum(n for code, n in codes.items() if 200 <= code < 300)
-
-    def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1e3
-
-    return {
-        "requests": len(latencies),
-        "errors": len(latencies) - ok,
-        "rps": round(ok / elapsed, 2),
-        "p50_ms": pct(50),
-        "p99_ms": pct(99),
-        "max_ms": latencies[-1] * 1e3,
-    }
+    summary = tally.summary(asyncio.run(go()))
+    return {k: summary[k] for k in ("requests", "errors", "rps", "p50_ms", "p99_ms", "max_ms")}
 
 
 # --- the benchmark ------------------------------------------------------------

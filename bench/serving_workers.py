@@ -1,105 +1,67 @@
 """How many inference workers for a CPU budget? Throughput and tail latency.
 
-    .venv/bin/python bench/serving_workers.py [--image tf-entrypoint:cpu] [--requests 1500]
-
 For each CPU limit (docker --cpus) and worker count (SERVE_WORKERS), starts
-the model server on the demo model, sends a bounded number of predicts to
-127.0.0.1 at a fixed concurrency, and prints req/s, p50 and p99. Everything
-it starts is removed at the end. The client runs on the same host, so keep
-the CPU limits below the host's core count for numbers that mean something.
+the model server (`python -m tf_entrypoint.serving`, the entrypoint bypassed)
+on the demo's half_plus_two, and drives it with harness/load.py's closed loop
+at a fixed concurrency for a fixed time per request batch size (rows per
+predict): req/s, p50 and p99. The client runs on the same host, so keep the
+CPU limits below the host's core count for numbers that mean something.
+(`python -m bench run workers`; it replaced bench/serving_workers.py's own
+command line, which sent a bounded number of requests with httpx.)
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
-import subprocess
-import sys
-import time
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-import httpx2
+from bench.common import NAMES, detached_server, log, now_iso
+from bench.serving import export_models, python_client, wait_ready
 
-REPO = Path(__file__).resolve().parents[1]
-LABEL = "tf-entrypoint.test=1"
-
-
-def docker(*args: str) -> str:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
+MODEL = "half_plus_two"
 
 
-def wait_ready(url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit(f"{url} not ready")
+@dataclass(frozen=True)
+class WorkersConfig:
+    cpus: tuple[str, ...] = ("1", "2")
+    workers: tuple[int, ...] = (1, 2, 4)
+    batches: tuple[int, ...] = (1, 256)
+    concurrency: int = 16
+    seconds: float = 4.0
+    warmup: float = 1.0
 
 
-async def load(url: str, requests: int, concurrency: int, batch: int) -> tuple[float, list[float]]:
-    body = {"instances": [float(i) for i in range(batch)]}
-    latencies: list[float] = []
-    limits = httpx2.Limits(max_connections=concurrency)
-    async with httpx2.AsyncClient(base_url=url, limits=limits, timeout=60, trust_env=False) as c:
-        gate = asyncio.Semaphore(concurrency)
-
-        async def one() -> None:
-            async with gate:
-                started = time.perf_counter()
-                response = await c.post("/v1/models/model:predict", json=body)
-                latencies.append(time.perf_counter() - started)
-                response.raise_for_status()
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(requests)))
-        return requests / (time.perf_counter() - started), latencies
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--image", default="tf-entrypoint:cpu")
-    parser.add_argument("--requests", type=int, default=1500)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--cpus", default="1,2")
-    parser.add_argument("--workers", default="1,2,4")
-    parser.add_argument("--batches", default="1,256")
-    args = parser.parse_args()
-    volume = f"tfe-bench-models-{int(time.time())}"
-    docker("volume", "create", "--label", LABEL, volume)
-    containers: list[str] = []
+def run_workers(image: str, config: WorkersConfig) -> dict[str, Any]:
+    began = now_iso()
+    workdir = Path(tempfile.mkdtemp(prefix="tfe-bench-workers-"))
+    runs = []
     try:
-        docker("run", "--rm", "--label", LABEL, "-v", f"{REPO / 'demo'}:/demo:ro",
-               "-v", f"{volume}:/models", args.image, "python", "/demo/train.py")  # fmt: skip
-        print("cpus workers batch   req/s   p50 ms   p99 ms", flush=True)
-        for cpus in args.cpus.split(","):
-            for workers in args.workers.split(","):
-                name = docker("run", "-d", "--label", LABEL, "--cpus", cpus,
-                              "-e", f"SERVE_WORKERS={workers}", "-p", "127.0.0.1::8501",
-                              "-v", f"{volume}:/models:ro", args.image,
-                              "python", "-m", "tf_entrypoint.serving")  # fmt: skip
-                containers.append(name)
-                url = f"http://127.0.0.1:{docker('port', name, '8501/tcp').split(':')[-1]}"
-                wait_ready(url)
-                for batch in (int(b) for b in args.batches.split(",")):
-                    asyncio.run(load(url, 200, args.concurrency, batch))  # warm-up
-                    rate, latencies = asyncio.run(load(url, args.requests, args.concurrency, batch))
-                    cuts = statistics.quantiles(latencies, n=100)
-                    print(f"{cpus:>4} {workers:>7} {batch:>5} {rate:7.0f} {cuts[49] * 1e3:8.1f} "
-                          f"{cuts[98] * 1e3:8.1f}", flush=True)  # fmt: skip
-                docker("rm", "-f", name)
-                containers.remove(name)
+        models = workdir / "models"
+        export_models(image, models, (MODEL,))
+        for cpus in config.cpus:
+            for workers in config.workers:
+                name, url = detached_server(
+                    cpus, "-e", f"SERVE_WORKERS={workers}", "-e", f"MODEL_NAME={MODEL}",
+                    "-v", f"{models}:/models:ro", image, "python", "-m", "tf_entrypoint.serving",
+                )  # fmt: skip
+                try:
+                    wait_ready(name, url)
+                    target = f"{url}/v1/models/{MODEL}:predict"
+                    for batch in config.batches:
+                        body = json.dumps({"instances": [float(i) for i in range(batch)]}).encode()
+                        python_client(target, body, config.concurrency, config.warmup)
+                        result = python_client(target, body, config.concurrency, config.seconds)
+                        runs.append({"cpus": cpus, "workers": workers, "batch": batch, **result})
+                        log(
+                            f"workers cpus={cpus} workers={workers} batch={batch}: "
+                            f"{result['rps']:.0f} req/s, p99 {result['p99_ms']:.1f} ms"
+                        )
+                finally:
+                    NAMES.remove(name)
     finally:
-        for name in containers:
-            subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
-        subprocess.run(["docker", "volume", "rm", volume], capture_output=True, check=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"config": asdict(config), "started": began, "finished": now_iso(), "runs": runs}

@@ -1,6 +1,6 @@
 """Session bundles against tf.saved_model.load: what a call costs, side by side (issue 22).
 
-    python -m bench.session_call [--image IMAGE] [--out DIR] [--quick]
+    python -m bench run session_call [--image IMAGE] [--out DIR] [--quick]
 
 The server loads every SavedModel as TF Serving does, as a Session bundle,
 and calls a signature through a Session callable; before, it called
@@ -28,45 +28,38 @@ whose variables the server sets from their restored copies).
   seconds from `docker run` to /readyz 200, the load time the server logs,
   and the server process's RSS once ready and after 200 predicts.
 
-Before measuring (not with --quick) it waits until the 1-minute load average
-is below --quiet-load (up to --max-wait seconds, then runs anyway). Writes
-OUT/session_call.json (default docs/bench/) and re-renders OUT/results.md
-(bench/report.py, no plots). --quick: one short cell of each (a smoke of the
-harness, not figures).
+The runner (python -m bench) waits for a quiet machine before a full run,
+writes OUT/session_call.json and re-renders OUT/results.md (bench/report.py).
+--quick: one short cell of each (a smoke of the harness, not figures).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import grpc_rest, report
+from bench import grpc_rest
 from bench.common import (
-    BENCH,
+    LOAD_MOUNTS,
     NAMES,
-    REPO,
     docker,
     last_json_line,
+    library,
     loadavg,
     log,
     machine,
-    median,
     now_iso,
     run_container,
-    wait_for_quiet,
-    write_json,
 )
 from bench.grpc_rest import GrpcConfig, LoadClient, measure_cell, model_config
 from bench.serving import http, request_body, wait_ready
+from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp", "cnn")
 #: The models whose start-up and memory are measured (those with weights).
@@ -87,6 +80,7 @@ class SessionConfig:
     startups: int = 3
     idle_predicts: int = 200
     profile_calls: int = 20000
+    startup_models: tuple[str, ...] = STARTUP_MODELS
 
 
 QUICK = SessionConfig(
@@ -99,35 +93,25 @@ QUICK = SessionConfig(
     startups=1,
     idle_predicts=20,
     profile_calls=200,
+    startup_models=("cnn",),  # one model's start-up runs the path; the MLP's is the same
 )
 
 
 def export(image: str, models: Path) -> None:
-    run_container(
-        [
-            "--user",
-            f"{os.getuid()}:{os.getgid()}",
-            "-e",
-            "HOME=/tmp",
-            "--network",
-            "none",
-            "-v",
-            f"{models}:/models",
-            "-v",
-            f"{BENCH}:/bench:ro",
-        ],
-        image,
-        ["python", "/bench/session_probe.py", "export", "/models"],
-    )
+    """bench/session_probe.py's models, from the harness model library (its "session" folder)."""
+    found = library(image)
+    for model in MODELS:
+        found.copy(f"session/{model}", models / model)
 
 
 def calls(image: str, models: Path, config: SessionConfig) -> dict[str, Any]:
     done = run_container(
-        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", "-v", f"{BENCH}:/bench:ro"],
+        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", *LOAD_MOUNTS],
         image,
         [
             "python",
-            "/bench/session_probe.py",
+            "-m",
+            "bench.session_probe",
             "calls",
             "/models",
             str(config.rounds),
@@ -267,9 +251,10 @@ def server_rss_mib(name: str) -> float:
 
 
 def startup(image: str, models: Path, workdir: Path, config: SessionConfig) -> dict[str, Any]:
-    """Each of STARTUP_MODELS served alone, each loader in turn: ready time, load time, RSS."""
+    """Each of config.startup_models served alone, each loader in turn: ready time, load time,
+    RSS."""
     runs: list[dict[str, Any]] = []
-    for model in STARTUP_MODELS:
+    for model in config.startup_models:
         config_dir = workdir / f"config-startup-{model}"
         config_dir.mkdir()
         (config_dir / "models.config").write_text(model_config((model,)))
@@ -283,7 +268,7 @@ def startup(image: str, models: Path, workdir: Path, config: SessionConfig) -> d
                 )
     summary = {
         model: {loader: startup_summary(runs, model, loader) for loader in LOADERS}
-        for model in STARTUP_MODELS
+        for model in config.startup_models
     }
     return {"runs": runs, "summary": summary}
 
@@ -346,9 +331,9 @@ def one_startup(
 def profile(image: str, models: Path, config: SessionConfig) -> dict[str, Any]:
     """Where a batch-1 call of half_plus_two spends its time on each path (cProfile)."""
     done = run_container(
-        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", "-v", f"{BENCH}:/bench:ro"],
+        ["--cpus", config.cpus, "-v", f"{models}:/models:ro", *LOAD_MOUNTS],
         image,
-        ["python", "/bench/session_probe.py", "profile", "/models", str(config.profile_calls)],
+        ["python", "-m", "bench.session_probe", "profile", "/models", str(config.profile_calls)],
         timeout=600,
     )
     found: dict[str, Any] = last_json_line(done.stdout)
@@ -385,39 +370,3 @@ def run(image: str, config: SessionConfig) -> dict[str, Any]:
         "servers": served,
         "startup": started,
     }
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.session_call", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--image", default="tf-entrypoint:cpu")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "bench")
-    parser.add_argument("--quick", action="store_true", help="a smoke of the harness")
-    parser.add_argument(
-        "--quiet-load", type=float, default=0.6, help="wait for a 1-min load average below this"
-    )
-    parser.add_argument(
-        "--max-wait", type=float, default=1200, help="seconds to wait for it (0: do not wait)"
-    )
-    args = parser.parse_args(argv)
-    quiet = None
-    if not args.quick and args.max_wait > 0:
-        quiet = wait_for_quiet(args.quiet_load, args.max_wait)
-    # Every container runs this exact image even if the tag moves meanwhile (a
-    # test session rebuilding it), as bench/run.py does.
-    pinned = f"tf-entrypoint-bench:session-{os.getpid()}"
-    docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
-    try:
-        data = run(pinned, QUICK if args.quick else SessionConfig())
-    finally:
-        NAMES.remove_all()
-        docker("rmi", pinned, check=False)
-    data["machine"]["image"] = args.image
-    write_json(args.out / "session_call.json", {"quiet": quiet, "quick": args.quick, **data})
-    report.render(args.out, plots=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -50,6 +50,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script (the model library's export): harness/ is
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # beside bench/
+
+from harness.stats import percentile
+
 INPUT, HIDDEN, CLASSES = 32, 512, 10
 IMAGE = (32, 32, 3)
 MODELS = ("half_plus_two", "mlp", "cnn")
@@ -140,7 +145,7 @@ def window(call: Any, seconds: float) -> dict[str, Any]:
     return {
         "calls": len(times),
         "median_us": times[len(times) // 2] * 1e6,
-        "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
+        "p99_us": percentile(times, 99) * 1e6,
         "calls_per_cpu_s": len(times) / cpu if cpu > 0 else None,
     }
 

@@ -1,8 +1,7 @@
 """The soak benchmark: what production throws at the server, all at once, for ten minutes.
 
-    python -m bench.soak                         # 10 minutes; docs/bench/soak.json, results.md
-    python -m bench.soak --duration 1800         # longer
-    python -m bench.soak --duration 45 --out DIR --max-body-bytes 1048576   # a smoke
+    python -m bench run soak                # 10 minutes (SoakConfig); docs/bench/soak.json
+    python -m bench run soak --quick        # 15 s with small bodies: a smoke
 
 One server (`tf-entrypoint serve`, the image's default command) under
 `--cpus 1` and a memory limit serves, from TF Serving's model config file
@@ -26,7 +25,7 @@ every second, and its CPU. At the end the client waits for the newest
 versions to serve, then the server gets SIGTERM with calls in flight that
 outlast --grace-period: it must exit within the grace period.
 
-Writes OUT/soak.json and re-renders OUT/results.md (bench/report.py). A
+The runner writes OUT/soak.json and re-renders OUT/results.md. A
 benchmark, not a test: nothing is asserted; the figures are reported
 (failed good requests, hostile requests answered otherwise than documented,
 reloads not applied, versions never served, RSS growth, the longest /healthz
@@ -35,34 +34,26 @@ answer, the shutdown). Needs Docker and the image (`make image-cpu`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
 from bench.common import (
-    BENCH,
     NAMES,
-    REPO,
     detached_server,
     docker,
+    library,
     loadavg,
     log,
-    machine,
     now_iso,
-    run_container,
-    write_json,
 )
 from bench.grpc_rest import LoadClient, cpu_seconds, model_config
 from bench.serving import cgroup_dirs, cgroup_stat, wait_ready
@@ -75,53 +66,40 @@ RELOAD_TAKEN = "model configuration received:"
 SERVER_UID = 10001
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.soak",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add = parser.add_argument
-    add("--image", default="tf-entrypoint:cpu")
-    add("--out", type=Path, default=REPO / "docs" / "bench", help="default: docs/bench")
-    add("--duration", type=float, default=600, help="seconds of load (default 600)")
-    add("--cpus", default="1", help="the server's --cpus (default 1)")
-    add("--memory", default="4g", help="the server's memory limit (default 4g)")
-    add("--max-body-bytes", type=int, default=8 << 20, help="the server's (default 8 MiB)")
-    add("--grace-period", type=float, default=8, help="the server's (default 8 s)")
-    add(
-        "--batching",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="serve with --enable_batching (default on)",
-    )
-    add("--rest-callers", type=int, default=2, help="REST closed loops per model (default 2)")
-    add("--grpc-callers", type=int, default=2, help="gRPC closed loops per model (default 2)")
-    add("--swap-every", type=float, default=5, help="seconds between new versions (0: none)")
-    add("--reload-every", type=float, default=10, help="seconds between reload rounds (0: none)")
-    add("--unreadable-every", type=float, default=30, help="seconds between lock-outs (0: none)")
-    add("--unreadable-for", type=float, default=6, help="seconds a version stays unreadable")
-    add("--hostile-every", type=float, default=3, help="seconds between requests of a class")
-    add("--bomb-every", type=float, default=20, help="seconds between context/shape bombs")
-    add("--large-every", type=float, default=60, help="seconds between bursts of large bodies")
-    add("--large-burst", type=int, default=6, help="large bodies sent at once (default 6)")
-    add("--deadline-every", type=float, default=15, help="seconds between deadline pairs")
-    add("--deadline", type=float, default=0.25, help="their gRPC deadline (runs 4x longer)")
-    add("--poison-every", type=float, default=45, help="seconds between int64-overflow versions")
-    add("--classes", default=",".join(CLASSES), help="hostile classes (default: all; none)")
-    add("--server-log", type=Path, help="also write the server's whole log here")
-    args = parser.parse_args(argv)
-    args.classes = [c.strip() for c in args.classes.split(",") if c.strip() not in ("", "none")]
-    if set(args.classes) - set(CLASSES):
-        parser.error(f"--classes: from {','.join(CLASSES)}")
-    if min(args.swap_every, args.reload_every, args.unreadable_every) < 0:
-        parser.error("--swap-every, --reload-every, --unreadable-every: 0 (off) or more")
-    if args.duration < 10:
-        parser.error("--duration: at least 10 seconds")
-    return args
+@dataclass(frozen=True)
+class SoakConfig:
+    duration: float = 600  # seconds of load (at least 10)
+    cpus: str = "1"  # the server's --cpus
+    memory: str = "4g"  # the server's memory limit
+    max_body_bytes: int = 8 << 20  # the server's --max-body-bytes
+    grace_period: float = 8  # the server's --grace-period
+    batching: bool = True  # serve with --enable_batching
+    rest_callers: int = 2  # REST closed loops per model
+    grpc_callers: int = 2  # gRPC closed loops per model
+    swap_every: float = 5  # seconds between new versions (0: none)
+    reload_every: float = 10  # seconds between reload rounds (0: none)
+    unreadable_every: float = 30  # seconds between lock-outs (0: none)
+    unreadable_for: float = 6  # seconds a version stays unreadable
+    hostile_every: float = 3  # seconds between requests of a class
+    bomb_every: float = 20  # seconds between context/shape bombs
+    large_every: float = 60  # seconds between bursts of large bodies
+    large_burst: int = 6  # large bodies sent at once
+    deadline_every: float = 15  # seconds between deadline pairs
+    deadline: float = 0.25  # their gRPC deadline (they run 4x longer)
+    poison_every: float = 45  # seconds between int64-overflow versions
+    classes: tuple[str, ...] = CLASSES  # the hostile classes sent
+    server_log: str | None = None  # also write the server's whole log here
+
+    def __post_init__(self) -> None:
+        if set(self.classes) - set(CLASSES):
+            raise ValueError(f"classes: from {','.join(CLASSES)}")
+        if min(self.swap_every, self.reload_every, self.unreadable_every) < 0:
+            raise ValueError("swap_every, reload_every, unreadable_every: 0 (off) or more")
+        if self.duration < 10:
+            raise ValueError("duration: at least 10 seconds")
 
 
-def settings(args: argparse.Namespace, versions: int) -> dict[str, Any]:
+def settings(args: SoakConfig, versions: int) -> dict[str, Any]:
     """What bench/soak_load.py reads."""
     return {
         "seconds": args.duration,
@@ -143,7 +121,7 @@ def settings(args: argparse.Namespace, versions: int) -> dict[str, Any]:
         "poison_every": args.poison_every,
         "max_body_bytes": args.max_body_bytes,
         "grace_period": args.grace_period,
-        "classes": args.classes,
+        "classes": list(args.classes),
     }
 
 
@@ -151,26 +129,17 @@ def settings(args: argparse.Namespace, versions: int) -> dict[str, Any]:
 
 
 def prepare(image: str, work: Path, versions: int) -> None:
-    """Export every version (bench/soak_models.py); plus/1 and cr/1 in place, the config."""
-    run_container(
-        [
-            "--user",
-            f"{os.getuid()}:{os.getgid()}",
-            "-e",
-            "HOME=/tmp",
-            "-e",
-            "TF_CPP_MIN_LOG_LEVEL=2",
-            "--network",
-            "none",
-            "-v",
-            f"{BENCH}:/bench:ro",
-            "-v",
-            f"{work}:/work",
-        ],
-        image,
-        ["python", "/bench/soak_models.py", "/work", "--versions", str(versions)],
-        timeout=900,
-    )
+    """The versions of bench/soak_models.py, from the harness model library (its "soak"
+    folder); plus/1 and cr/1 in place, the config."""
+    found = library(image)
+    have = len(list(found.path("soak", "staging", "plus").iterdir()))
+    if versions > have:
+        raise RuntimeError(
+            f"the soak needs {versions} versions a model; the model library has {have}: "
+            "raise --versions of the soak's Export in harness/models.py"
+        )
+    for folder in ("staging", "models", "poison"):
+        found.copy(f"soak/{folder}", work / folder)
     for model in ("plus", "cr"):
         (work / "models" / model).mkdir(parents=True)
         (work / "staging" / model / "1").rename(work / "models" / model / "1")
@@ -180,7 +149,7 @@ def prepare(image: str, work: Path, versions: int) -> None:
         path.chmod(0o755)
 
 
-def start_server(image: str, work: Path, args: argparse.Namespace) -> tuple[str, str]:
+def start_server(image: str, work: Path, args: SoakConfig) -> tuple[str, str]:
     run = [
         "--memory",
         args.memory,
@@ -398,7 +367,7 @@ def server_log(server: str, keep: Path | None) -> dict[str, Any]:
 # --- the run ---------------------------------------------------------------------
 
 
-def run_soak(args: argparse.Namespace, image: str) -> dict[str, Any]:
+def run_soak(args: SoakConfig, image: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tfe-bench-soak-"))
     began, load_before = now_iso(), loadavg()
     # Per model: the swapper's versions and the reloader's (one a round), alternating models.
@@ -435,7 +404,7 @@ def run_soak(args: argparse.Namespace, image: str) -> dict[str, Any]:
         finally:
             client.close()
         state = docker("inspect", "-f", "{{.State.ExitCode}} {{.State.OOMKilled}}", server)
-        logs = server_log(server, args.server_log)
+        logs = server_log(server, Path(args.server_log) if args.server_log else None)
         NAMES.remove(server)
     finally:
         subprocess.run(  # the client made files as root; the harness may not be root
@@ -478,7 +447,6 @@ def run_soak(args: argparse.Namespace, image: str) -> dict[str, Any]:
         "finished": now_iso(),
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),
-        "command": "python -m bench.soak " + " ".join(sys.argv[1:]),
         "config": {
             **settings(args, versions),
             "cpus": args.cpus,
@@ -538,36 +506,3 @@ def summarise(
         "shutdown_s": shutdown.get("seconds", 0.0),
         "shutdown_within_grace": bool(shutdown.get("within_grace", False)),
     }
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)  # runs the cleanup in run_soak's finally
-
-
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    facts = machine(args.image)
-    pinned = f"tf-entrypoint-bench:soak-{os.getpid()}"  # as bench/run.py: the tag may move
-    docker("tag", docker("image", "inspect", "-f", "{{.Id}}", args.image), pinned)
-    try:
-        data = run_soak(args, pinned)
-    finally:
-        NAMES.remove_all()
-        docker("rmi", pinned, check=False)
-    write_json(args.out / "soak.json", {"machine": facts, "quiet": None, **data})
-    report.render(args.out, plots=False)
-    s = data["summary"]
-    log(
-        f"soak: {s['requests_answered']} requests, {s['good_failed']} good failed, "
-        f"{s['versions_swapped']} versions swapped, {s['reloads_applied']:.0f} reloads, "
-        f"{s['hostile_refused_as_documented']}/{s['hostile_sent']} hostile as documented, "
-        f"RSS max {s['rss_max_mib']:.0f} MiB (grew: {s['rss_grew']}), "
-        f"/healthz max {s['healthz_max_ms']:.0f} ms, shutdown {s['shutdown_s']} s"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

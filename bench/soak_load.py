@@ -71,6 +71,7 @@ from typing import Any
 
 from bench.grpc_rest import model_config
 from bench.serving import read_response
+from harness.stats import latency_ms
 
 HOST = "127.0.0.1"
 REST_PORT = 8501
@@ -122,19 +123,8 @@ def quarter(rng: random.Random) -> float:
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"count": 0, "p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
-    ordered = sorted(values)
-
-    def pct(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1e3, 3)
-
-    return {
-        "count": len(ordered),
-        "p50_ms": pct(50),
-        "p99_ms": pct(99),
-        "max_ms": round(ordered[-1] * 1e3, 3),
-    }
+    """count, p50_ms, p99_ms, max_ms (harness/stats.py's one percentile definition)."""
+    return {"count": len(values), **latency_ms(values)}
 
 
 def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

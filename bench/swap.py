@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import docker, loadavg, log, median, now_iso
+from bench.common import docker, loadavg, log, now_iso
 from bench.serving import export_models, read_response, request_body, start_server, wait_ready
+from harness.load import HttpCaller, Tally, closed_loop, http_request
+from harness.stats import median
 
 MODEL = "mlp"
 
@@ -48,34 +50,6 @@ class SwapConfig:
     reps: int = 3
     #: Seconds the swap may take before the repetition counts as failed.
     timeout: float = 120.0
-
-
-@dataclass
-class Record:
-    start: float
-    latency: float
-    ok: bool
-
-
-async def _load(host: str, port: int, raw: bytes, stop: asyncio.Event, out: list[Record]) -> None:
-    while not stop.is_set():
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            out.append(Record(time.perf_counter(), 0.0, ok=False))
-            await asyncio.sleep(0.05)
-            continue
-        try:
-            while not stop.is_set():
-                started = time.perf_counter()
-                writer.write(raw)
-                await writer.drain()
-                status, _ = await read_response(reader)
-                out.append(Record(started, time.perf_counter() - started, status == 200))
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            out.append(Record(time.perf_counter(), 0.0, ok=False))
-        finally:
-            writer.close()
 
 
 async def _states(host: str, port: int) -> dict[int, str]:
@@ -92,41 +66,26 @@ async def _states(host: str, port: int) -> dict[int, str]:
     return {int(v): s.decode() for v, s in found}
 
 
-def _phase(records: list[Record], start: float, end: float) -> dict[str, Any]:
-    chosen = [r for r in records if start <= r.start < end]
-    latencies = sorted(r.latency for r in chosen if r.ok)
-    errors = sum(1 for r in chosen if not r.ok)
-
-    def pct(q: float) -> float:
-        if not latencies:
-            return 0.0
-        return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1e3
-
+def _phase(tally: Tally, start: float, end: float) -> dict[str, Any]:
     seconds = max(end - start, 1e-9)
-    return {
-        "seconds": round(seconds, 3),
-        "requests": len(chosen),
-        "errors": errors,
-        "rps": round(len(latencies) / seconds, 2),
-        "p50_ms": round(pct(50), 3),
-        "p99_ms": round(pct(99), 3),
+    found = tally.between(start, end).summary(seconds)
+    return {"seconds": round(seconds, 3)} | {
+        key: found[key] for key in ("requests", "errors", "rps", "p50_ms", "p99_ms")
     }
 
 
 async def _one_swap(url: str, model_dir: Path, config: SwapConfig) -> dict[str, Any]:
     host, port_text = url.removeprefix("http://").split(":")
     port = int(port_text)
-    body = request_body(MODEL)
-    raw = (
-        f"POST /v1/models/{MODEL}:predict HTTP/1.1\r\nHost: {host}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-    records: list[Record] = []
+    raw = http_request("POST", host, f"/v1/models/{MODEL}:predict", request_body(MODEL))
+    records = Tally()
     stop = asyncio.Event()
-    clients = [
-        asyncio.create_task(_load(host, port, raw, stop, records))
-        for _ in range(config.concurrency)
-    ]
+    clients = asyncio.create_task(
+        closed_loop(
+            lambda: HttpCaller(host, port, raw), config.concurrency, records, stop=stop,
+            retry_pause=0.05,
+        )
+    )  # fmt: skip
     began = time.perf_counter()
     await asyncio.sleep(config.baseline)
     renamed = time.perf_counter()
@@ -143,11 +102,11 @@ async def _one_swap(url: str, model_dir: Path, config: SwapConfig) -> dict[str, 
         await asyncio.sleep(0.02)
     if ended is None:
         stop.set()
-        await asyncio.gather(*clients)
+        await clients
         raise RuntimeError(f"version 1 not unloaded within {config.timeout:g} s of the rename")
     await asyncio.sleep(config.after)
     stop.set()
-    await asyncio.gather(*clients)
+    await clients
     finished = time.perf_counter()
     return {
         "swap_available_s": round((available or ended) - renamed, 3),
@@ -157,8 +116,8 @@ async def _one_swap(url: str, model_dir: Path, config: SwapConfig) -> dict[str, 
             "during": _phase(records, renamed, ended),
             "after": _phase(records, ended, finished),
         },
-        "requests": len(records),
-        "errors": sum(1 for r in records if not r.ok),
+        "requests": len(records.records),
+        "errors": sum(records.errors.values()),
     }
 
 

@@ -37,17 +37,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from bench.common import (
-    BENCH,
     LABEL,
+    LOAD_MOUNTS,
     NAMES,
     docker,
     loadavg,
     log,
-    median,
     now_iso,
     wait_until_idle,
 )
 from bench.workload import CGROUP_CPU_DIRS, SAMPLES, cgroup_cpu_seconds, summary
+from harness.stats import median
 
 #: Docker arguments per CPU limit. "none" is the whole (2-core) machine.
 LIMITS: dict[str, list[str]] = {
@@ -155,8 +155,8 @@ class Worker:
         self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         argv = [
             *("docker", "run", "-i", "--rm", "--name", self.name, "--label", LABEL),
-            *("--network", "none", "-v", f"{BENCH}:/bench:ro", *LIMITS[limit], *extra, image),
-            *(*prefix, "/bench/workload.py", "--slices", "--warmup", str(config.warmup)),
+            *("--network", "none", *LOAD_MOUNTS, *LIMITS[limit], *extra, image),
+            *(*prefix, "-m", "bench.workload", "--slices", "--warmup", str(config.warmup)),
             *("--workloads", ",".join(config.workloads)),
         ]
         self.process = subprocess.Popen(

@@ -1,6 +1,6 @@
 """The Open Inference Protocol beside TF Serving's API: CPU per request, side by side (issue 25).
 
-    python -m bench.v2_cost [--image IMAGE] [--out DIR] [--quick]
+    python -m bench run v2 [--image IMAGE] [--out DIR] [--quick]
 
 ONE server container of the CPU image under `--cpus 1` (bench/cost.py's
 server: `tf-entrypoint serve`, a model config of the demo's half_plus_two and
@@ -24,16 +24,14 @@ p50/p99, and the server's CPU per request from the container's cgroup.
 Medians of 3 repetitions; ratios of each arm's CPU per request over v1
 REST's, and of v2 gRPC over TF Serving's gRPC. Every timed window's first
 answer is decoded and checked against the SavedModel's own output; a wrong
-answer fails the run. Before measuring (not with --quick) it waits until the
-1-minute load average is below --quiet-load (up to --max-wait seconds, then
-runs anyway). Writes OUT/v2.json (default docs/bench/) and prints the
-Markdown table (`table`).
+answer fails the run. The runner (python -m bench) waits for a
+quiet machine before a full run, writes OUT/v2.json, and the report renders
+the Markdown table (`table`).
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,7 +44,6 @@ from bench.cost import (
     arm_stats,
     arm_text,
     check_answers,
-    cli,
     ratio,
     start_target,
     times,
@@ -92,7 +89,7 @@ class V2Config:
         )
 
 
-QUICK = V2Config(concurrencies=(1, 2), seconds=0.5, warmup=0.3, reps=1)
+QUICK = V2Config(concurrencies=(2,), seconds=0.5, warmup=0.3, reps=1)
 
 
 # --- analysis -----------------------------------------------------------------
@@ -196,12 +193,3 @@ def run(image: str, config: V2Config) -> dict[str, Any]:
         "runs": runs,
         "cells": analyse(runs),
     }
-
-
-def main(argv: list[str]) -> int:
-    return cli(argv, name="v2", doc=__doc__, run=run, configs=(V2Config(), QUICK),
-               table=table, quiet_load=1.0, prog="python -m bench.v2_cost")  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -41,6 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script (the model library's export): harness/ is
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # beside bench/
+
+from harness.stats import percentile
+
 INPUT, HIDDEN, CLASSES = 32, 512, 10
 #: workload -> samples per call
 SAMPLES = {"infer1": 1, "infer64": 64, "train": 64}
@@ -146,14 +151,6 @@ class Disturbance:
             "foreign_cpus": round(max(0.0, foreign) / elapsed, 3),
             "steal_cpus": round((stolen - self.start[3]) / elapsed, 3),
         }
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0-100) of an ascending list."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, round(q / 100 * len(sorted_values) + 0.5 - 1e-9))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 def build_model(tf: Any) -> Any:

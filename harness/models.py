@@ -74,6 +74,11 @@ EXPORTS: tuple[Export, ...] = (
         ("--model-base-path", "{out}", "--model-name", "half_plus_two"),
     ),
     Export("mlp", "bench/workload.py", ("--export", "{out}/1")),
+    # bench/session_probe.py's half_plus_two (a tf.Module), MLP and CNN (session/MODEL/1).
+    Export("session", "bench/session_probe.py", ("export", "{out}")),
+    # The soak's versions of plus and cr (staging/), slow and extra (models/), poison/:
+    # enough versions for the default ten-minute soak (bench/soak.py says how many it needs).
+    Export("soak", "bench/soak_models.py", ("{out}", "--versions", "100")),
 )
 
 #: Files an export script reads besides itself (siblings it imports).
@@ -81,6 +86,7 @@ SOURCES: tuple[str, ...] = (
     "tests/container/gates.py",
     "tests/container/grpc_client.py",
     "harness/export_all.py",
+    "harness/stats.py",
 )
 
 

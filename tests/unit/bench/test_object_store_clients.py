@@ -6,6 +6,7 @@ clients; `make bench-object-store`): these check its arithmetic, never a timing.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -93,28 +94,48 @@ def test_the_tables_have_a_row_per_client_and_per_size_and_arm() -> None:
     assert "| 1.00 s | 10 | 20 MiB (10) |" in s3fs  # 10 MB in 1 s; peak and after import
 
 
+def test_an_arm_not_installed_is_a_row_that_says_so() -> None:
+    """A --quick smoke in the dev venv (no obstore): the arm ran as failed, named why."""
+    runs = [_run(arm.name, 0, 1.0) for arm in osc.ARMS if arm.dist != "obstore"]
+    runs += [{"arm": arm.name, "rep": 0, "error": osc.NOT_INSTALLED} for arm in osc.ARMS
+             if arm.dist == "obstore"]  # fmt: skip
+    size = {"bytes": 10_000_000, "arms": osc.analyse(runs, 10_000_000)}
+    data = {
+        "sizes": [size],
+        "import_ms": {arm.module: 100.0 for arm in osc.ARMS if arm.dist != "obstore"},
+        "installed": {arm.dist: {"bytes": 0} for arm in osc.ARMS},
+    }
+    clients, arms = (part.splitlines() for part in osc.table(data).split("\n\n"))
+    assert f"| obstore | {osc.NOT_INSTALLED} | |" in clients
+    assert all(osc.NOT_INSTALLED in row for row in arms if "obstore" in row)
+
+
 def test_a_plain_error_is_cut_short() -> None:
     assert osc.short_error("OSError: x | y" * 20).startswith("OSError: x / y")
     assert len(osc.short_error("E" * 500)) == 90
 
 
 @pytest.mark.parametrize(
-    "args", [["--reps", "0"], ["--size-mib", "1", "0"], ["--lists", "-1"], ["--import-reps", "0"]]
+    "given",
+    [{"reps": 0}, {"size_mib": (1.0, 0.0)}, {"lists": -1}, {"import_reps": 0}],
 )
-def test_nonpositive_counts_are_refused(
-    args: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        osc.main(args)
-    assert exited.value.code == 2
-    assert "must be positive" in capsys.readouterr().err
+def test_nonpositive_counts_are_refused(given: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        osc.ObjectStoreConfig(**given)
 
 
-def test_outside_the_bench_venv_it_names_what_is_missing(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_outside_the_bench_venv_it_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(osc, "_importable", lambda module: module != "s3fs")
-    with pytest.raises(SystemExit) as exited:
-        osc.main([])
-    assert exited.value.code == 2
-    assert "s3fs missing: this needs the bench venv" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="s3fs missing: this needs the bench venv"):
+        osc.run_all(osc.ObjectStoreConfig())
+
+
+def test_the_runner_skips_it_outside_the_bench_venv_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.__main__ import unmet  # noqa: PLC0415
+    from bench.scenarios import BY_NAME  # noqa: PLC0415
+
+    monkeypatch.setattr(osc, "_importable", lambda module: module != "s3fs")
+    args = argparse.Namespace(before="", quick=False)
+    assert unmet(BY_NAME["object_store"], args) == "needs the bench venv (s3fs missing)"

@@ -1,6 +1,6 @@
 """bench/v2_cost.py's analysis and table, and the HTTP reader its load client uses.
 
-The benchmark itself runs in the image (tests/container/test_v2_bench_smoke.py);
+The benchmark itself runs in the image (tests/container/test_bench.py);
 these check the arithmetic on made-up windows, never a timing.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 
 from bench import v2_cost
-from bench.serving import read_message, read_response
+from bench.serving import read_response
+from harness.load import read_message
 
 
 def _run(model: str, arm: str, rep: int, cpu_ms: float, rps: float) -> dict[str, object]:
