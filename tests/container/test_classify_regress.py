@@ -14,13 +14,10 @@ holds the facts the gRPC tests of the same model share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.docker import Containers
 from harness.servers import Server, ServerPool, serve
 from tests.container.examples import BODY, f32
 
@@ -135,35 +132,3 @@ def test_a_missing_signature(server: Server) -> None:
     assert error(server, f"/v1/models/{MODEL}:classify", body) == (
         "No signature was found with the name: nope"
     )
-
-
-# --- for test_grpc.py and test_memory.py until they take the model library's "examples"
-
-
-def export_classify_regress(
-    containers: Containers, root: Path, versions: Sequence[int] = (1,), warmup: int = 0
-) -> Path:
-    """Write the classify/regress model's `versions` to root/examples (in the image);
-    `warmup` adds that many classify, regress and multi_inference warm-up records.
-    Returns the model's directory. (The model library has them: "examples",
-    "examples_warm"; this goes once no module calls it.)"""
-    root.chmod(0o777)
-    ran = containers.run(
-        [
-            "python",
-            "/t/make_models.py",
-            f"/models/{MODEL}",
-            *(str(v) for v in versions),
-            "--kind",
-            "classify_regress",
-            "--warmup",
-            str(warmup),
-        ],
-        volumes={
-            str(root): {"bind": "/models", "mode": "rw"},
-            str(Path(__file__).resolve().parent): {"bind": "/t", "mode": "ro"},
-        },
-        timeout=300,
-    )
-    assert ran.exit_code == 0, ran.stderr
-    return root / MODEL
