@@ -5,7 +5,7 @@ One container run of the CPU image executes every export script of EXPORTS
 under the cache root, named by a hash of the export scripts and this module
 plus the id of the image's TensorFlow layer, so a later run (or another
 pytest worker) that finds it exports nothing. The cache keeps the newest
-KEEP libraries and removes older ones.
+KEEP libraries and removes older ones not used in the last hour.
 
 A test never serves the cached folder itself: `ModelLibrary.copy` (or
 `tree`) copies what it needs into its own directory, so a test may rename,
@@ -31,6 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 KEEP = 3
+#: Seconds since its last use during which a library is never pruned.
+IN_USE = 3600.0
 EXPORT_TIMEOUT = 900.0
 COMPLETE = ".complete"
 
@@ -229,8 +231,11 @@ def _prune(cache: Path, keep: int) -> None:
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
+    now = time.time()
     for stale in libraries[keep:]:
-        shutil.rmtree(stale, ignore_errors=True)
+        # A library used within the hour may still be copied from by another session.
+        if now - stale.stat().st_mtime > IN_USE:
+            shutil.rmtree(stale, ignore_errors=True)
     for partial in cache.glob("*.partial"):
         shutil.rmtree(partial, ignore_errors=True)
 
