@@ -330,7 +330,12 @@ async def serve(models: list[str], modes: tuple[str, ...] = V1_MODES) -> None:
     checks = {}
     for model in models:  # each path answers correctly before anything is timed
         for mode in modes:
-            result = await client.window(mode, model, 1, 0.05)
+            # A 50 ms window; again while it got no answer at all (a connect that took
+            # longer on a busy machine), up to 10 s: only a wrong answer is a failure.
+            for _ in range(200):
+                result = await client.window(mode, model, 1, 0.05)
+                if result["ok"] or result["errors"]:
+                    break
             checks[f"{model} {mode}"] = result["answer_ok"]
     emit({"ready": True, "checks": checks, "expected": client.expected})
     loop = asyncio.get_running_loop()
