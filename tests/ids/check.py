@@ -4,9 +4,9 @@
     .venv/bin/python tests/ids/check.py           # check before -> after
 
 before.txt: every test id CI ran before (pytest --collect-only -q at 6f5c39d);
-after.txt: the same now; moved.txt: `OLD_ID -> NEW_ID  [  # why]` (two spaces
-before the #) for every id of before.txt that is not in after.txt, naming the
-test that now covers it.
+after.txt: the same now; moved.txt: `OLD_ID -> NEW_ID [  # why | (why)]` for
+every id of before.txt that is not in after.txt, naming the test that now
+covers it.
 The check fails when an id of before.txt is neither in after.txt nor mapped
 to an id that is.
 """
@@ -45,7 +45,10 @@ def check() -> int:
     for line in (HERE / "moved.txt").read_text().splitlines():
         if " -> " in line:
             old, new = line.split(" -> ", 1)
-            moved[old.strip()] = new.split("  #", 1)[0].strip()
+            # The new id, then an optional note: "  # why" or " (why)".
+            cuts = (new, new.split("  #", 1)[0], new.split(" (", 1)[0])
+            found = [c.strip() for c in cuts if c.strip() in after]
+            moved[old.strip()] = found[0] if found else cuts[-1].strip()
     lost = sorted(i for i in before - after if moved.get(i) not in after)
     for old in lost:
         print(
