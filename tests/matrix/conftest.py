@@ -224,7 +224,7 @@ def _build_base(kind: str, airgap: str) -> None:
 def tensorflow_image(cell: Cell, tmp: Path) -> str:
     """The stand-in for someone's TensorFlow image (no tf-entrypoint in it)."""
     context = tmp / f"{cell.name}-tf"
-    context.mkdir()
+    context.mkdir(exist_ok=True)  # a session fixture may be set up again (its param order)
     shutil.copy(HERE / "tensorflow.Dockerfile", context / "Dockerfile")
     lock = (LOCKS / cell.lock).read_text() if cell.lock else "# no TensorFlow\n"
     (context / "tf.lock").write_text(lock)
@@ -239,7 +239,7 @@ def tensorflow_image(cell: Cell, tmp: Path) -> str:
 def recipe_context(tmp: Path, name: str, wheel: Path, *files: Path) -> Path:
     """A build context: the wheel and the given files, as a user's would be."""
     context = tmp / name
-    context.mkdir()
+    context.mkdir(exist_ok=True)  # a session fixture may be set up again (its param order)
     shutil.copy(wheel, context / wheel.name)
     for path in files:
         shutil.copy(path, context / path.name)
@@ -284,7 +284,7 @@ def cell(request: pytest.FixtureRequest) -> Cell:
 @pytest.fixture(scope="session")
 def cell_image(cell: Cell, wheel: Path, build_dir: Path, docker_client: docker.DockerClient) -> str:
     tmp = build_dir / cell.name
-    tmp.mkdir()
+    tmp.mkdir(exist_ok=True)
     return with_entrypoint(cell, tensorflow_image(cell, tmp), wheel, tmp)
 
 
