@@ -28,7 +28,9 @@ def test_models_are_folders_of_the_model_library() -> None:
         assert set(s.models) <= library, (s.name, set(s.models) - library)
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.config is not None], ids=str)
+@pytest.mark.parametrize(
+    "scenario", [s for s in SCENARIOS if s.config is not None], ids=lambda s: s.name
+)
 def test_quick_is_a_smaller_run_of_the_same_config(scenario: object) -> None:
     from bench.scenarios import Scenario  # noqa: PLC0415
 
