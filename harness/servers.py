@@ -18,7 +18,6 @@ from a sidecar in its network namespace (harness/clients.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -242,13 +241,7 @@ class ServerPool:
             yield server
 
     def close(self) -> None:
-        for server, context in self._shared.values():
+        for _, context in self._shared.values():
             with suppress(Exception):
                 context.__exit__(None, None, None)
-            del server
         self._shared.clear()
-
-
-def describe(spec: ServerSpec) -> str:
-    """A short readable name for a spec (for logs and test ids)."""
-    return json.dumps({"args": spec.args, "models": [m for m, _ in spec.models]})
