@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -92,3 +94,30 @@ def test_an_older_commit_builds_with_its_own_version(tmp_path: Path) -> None:
     wheel = build(tmp_path, "--rev", "HEAD~1")
     parent = git("rev-parse", "--short=12", "HEAD~1")
     assert f"+g{parent}-" in wheel.name
+
+
+def test_a_worktree_build_never_takes_the_index_lock(tmp_path: Path) -> None:
+    """`--worktree` while another git command holds index.lock (a `git status`
+    in scripts/build-image, under pytest-xdist) still builds, with the edit in."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    # The script under test, as it is here (the clone has the committed one).
+    shutil.copy2(SCRIPT, clone / "scripts" / "build-wheel")
+    init = clone / "entrypoint" / "tf_entrypoint" / "__init__.py"
+    init.write_text(init.read_text() + "EDITED_IN_THE_WORKTREE = True\n")
+    (clone / ".git" / "index.lock").write_text("")
+    ran = subprocess.run(
+        [str(clone / "scripts" / "build-wheel"), "--worktree", "--out", str(tmp_path / "out")],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "BUILD_VENV": str(REPO / ".venv-build")},
+    )
+    assert ran.returncode == 0, ran.stderr
+    wheel = Path(ran.stdout.strip().splitlines()[-1])
+    assert wheel.name.endswith(".dirty-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        assert "EDITED_IN_THE_WORKTREE" in archive.read("tf_entrypoint/__init__.py").decode()
+    # Nothing was left behind in the repository's own index.
+    assert (clone / ".git" / "index.lock").read_text() == ""
