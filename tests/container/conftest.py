@@ -11,15 +11,19 @@ TF_ENTRYPOINT_TEST_FLAVORS=cpu (a comma-separated subset of FLAVORS) limits a
 run to some images, e.g. to skip the 3 GB CUDA download on a quick local run.
 
 A module that sets `IMAGE_FLAVORS` (a tuple of flavors) runs against those
-images only; its tests of the others are deselected, not skipped. The serving
-modules test the CPU image alone: the server is the same Python package over
-the same TensorFlow release in both images, and what the CUDA image changes
-(its TensorFlow build and CUDA libraries, NVML, the plan for GPUs, its size)
-is what the modules that run on both test (test_image, test_cuda_stack,
-test_plan_real, test_hook_real, test_memory, test_model_server_command,
-test_saved_model_loading, test_tfconfig_real); test_model_server_command
-serves models in the CUDA image too. Running every serving test twice took
-CI from 24 to 57 minutes.
+images only; its tests of the others are deselected, not skipped; a test
+marked `@pytest.mark.flavors("cpu", "gpu")` runs against those instead of its
+module's. The serving modules test the CPU image alone: the server is the same
+Python package over the same TensorFlow release in both images, and what the
+CUDA image changes (its TensorFlow build and CUDA libraries, NVML, the plan
+for GPUs, its size) is what runs on both: test_image, test_cuda_stack,
+test_plan_real, test_model_server_command (which serves models in the CUDA
+image too), test_tfserving_stub and test_tfconfig_real whole, and in
+test_hook_real, test_saved_model_loading and test_memory the tests that
+touch the TensorFlow build itself (its thread pools and getters, a Session's
+pools, one bounded request under a memory limit). Running every serving test
+twice took CI from 24 to 57 minutes; running those three modules whole on
+both images cost about 800 of the container tier's 6,000 test-seconds.
 """
 
 from __future__ import annotations
@@ -72,8 +76,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _tests_its_flavor(item: pytest.Item) -> bool:
-    """False for a test of an image its module leaves out (the module's IMAGE_FLAVORS)."""
-    wanted = getattr(getattr(item, "module", None), "IMAGE_FLAVORS", None)
+    """False for a test of an image it leaves out: its `flavors` marker, else its
+    module's IMAGE_FLAVORS."""
+    marker = item.get_closest_marker("flavors")
+    wanted: tuple[str, ...] | None = (
+        marker.args
+        if marker is not None
+        else getattr(getattr(item, "module", None), "IMAGE_FLAVORS", None)
+    )
     callspec = getattr(item, "callspec", None)
     if wanted is None or callspec is None or "flavor" not in callspec.params:
         return True

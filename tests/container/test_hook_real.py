@@ -22,6 +22,9 @@ ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}
 #: Bypasses tini and tf-entrypoint: what `docker exec` gets (no TF_ENTRYPOINT_PLAN).
 NO_ENTRYPOINT: dict[str, Any] = {"entrypoint": ["python"]}
 HOOK_OFF = {"TF_ENTRYPOINT_HOOK": "off"}
+#: The CPU image, and the CUDA image for what its TensorFlow build decides: the getters
+#: under each kind of limit, the threads it starts, `docker exec` (tests/container/conftest.py).
+IMAGE_FLAVORS = ("cpu",)
 
 GETTERS = (
     "import tensorflow as tf; tf.constant(1); "
@@ -121,6 +124,7 @@ def with_env(kwargs: dict[str, Any], **env: str) -> dict[str, Any]:
     return {**kwargs, "environment": {**kwargs.get("environment", {}), **env}}
 
 
+@pytest.mark.flavors("cpu", "gpu")
 @pytest.mark.parametrize(
     "limits",
     [
@@ -180,6 +184,7 @@ def thread_count(containers: Containers, *, entrypoint: bool, **kwargs: Any) -> 
     return int(last_line(ran.stdout))
 
 
+@pytest.mark.flavors("cpu", "gpu")
 def test_thread_count_follows_the_plan(containers: Containers, host_cpus: int) -> None:
     if host_cpus < 2:
         pytest.fail(f"this case needs a host with at least 2 CPUs, found {host_cpus}")
@@ -257,6 +262,7 @@ def exec_getters(container: Any, **kwargs: Any) -> str:
     return str((out or b"").decode())
 
 
+@pytest.mark.flavors("cpu", "gpu")
 def test_docker_exec_gets_the_plan(containers: Containers) -> None:
     with containers.started(["sleep", "300"], **ONE_CPU) as container:
         assert exec_getters(container) == "1 1\n"

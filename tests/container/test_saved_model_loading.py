@@ -37,6 +37,9 @@ INTRA, INTER = 3, 2
 
 #: The model library's folders of these exports (make_tfserving_models.py, make_loading_models.py).
 SOURCES = ("tfserving", "loading")
+#: The CPU image; the CUDA image for how its TensorFlow build sizes a Session's pools
+#: (tests/container/conftest.py).
+IMAGE_FLAVORS = ("cpu",)
 
 
 def exports(library: ModelLibrary, *names: str) -> dict[str, str]:
@@ -73,6 +76,7 @@ def check(
     return result
 
 
+@pytest.mark.flavors("cpu", "gpu")
 def test_sessions_take_the_planned_threads_and_share_the_pools(
     containers: Containers, models: Path
 ) -> None:
