@@ -28,6 +28,7 @@ from typing import Any
 import httpx2
 from docker.models.containers import Container
 
+from harness import web
 from harness.clients import GrpcSidecar
 from harness.docker import Containers, metric_value, poll, remove
 from harness.models import ModelLibrary
@@ -102,10 +103,10 @@ class Server:
         return self.rest
 
     def get(self, path: str, **kwargs: Any) -> httpx2.Response:
-        return httpx2.get(self.rest + path, timeout=kwargs.pop("timeout", 30), **kwargs)
+        return web.get(self.rest + path, timeout=kwargs.pop("timeout", 30), **kwargs)
 
     def post(self, path: str, body: Any = None, **kwargs: Any) -> httpx2.Response:
-        return httpx2.post(self.rest + path, json=body, timeout=kwargs.pop("timeout", 30), **kwargs)
+        return web.post(self.rest + path, json=body, timeout=kwargs.pop("timeout", 30), **kwargs)
 
     def predict(self, path: str, x: float = 0.0) -> float:
         response = self.post(path, {"instances": [x]})

@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx2
 
+from harness import web
+
 #: What the S3 clients send moto (any credentials are accepted).
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -78,13 +80,13 @@ class Emulator:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log()
             with contextlib.suppress(httpx2.TransportError):
-                httpx2.get(self.endpoint, timeout=2)
+                web.get(self.endpoint, timeout=2)
                 break
             time.sleep(0.1)
         else:
             raise AssertionError(f"the {self.kind} store did not start: {self.log()}")
         if self.kind == "s3":
-            httpx2.put(f"{self.endpoint}/models", timeout=10).raise_for_status()
+            web.put(f"{self.endpoint}/models", timeout=10).raise_for_status()
 
     def stop(self) -> None:
         if self.process is not None:
@@ -149,13 +151,13 @@ def put_raw(emulator: Emulator, key: str, data: bytes) -> None:
     a bare HTTP request with the key percent-encoded whole, where a client (botocore,
     gcsfs) might normalise `.`, `..` or `//` out of it first."""
     if emulator.kind == "s3":
-        answer = httpx2.put(
+        answer = web.put(
             f"{emulator.endpoint}/models/{urllib.parse.quote(key, safe='')}",
             content=data,
             timeout=30,
         )
     else:
-        answer = httpx2.post(
+        answer = web.post(
             f"{emulator.endpoint}/upload/storage/v1/b/models/o",
             params={"uploadType": "media", "name": key},
             content=data,
@@ -168,12 +170,12 @@ def stored_keys(emulator: Emulator, prefix: str) -> list[str]:
     """The keys in bucket "models" below `prefix`, as the store's own listing API
     gives them (to check that a hostile name was stored as written)."""
     if emulator.kind == "s3":
-        answer = httpx2.get(
+        answer = web.get(
             f"{emulator.endpoint}/models", params={"list-type": "2", "prefix": prefix}, timeout=30
         )
         answer.raise_for_status()
         return [html.unescape(k) for k in re.findall(r"<Key>([^<]*)</Key>", answer.text)]
-    answer = httpx2.get(
+    answer = web.get(
         f"{emulator.endpoint}/storage/v1/b/models/o", params={"prefix": prefix}, timeout=30
     )
     answer.raise_for_status()

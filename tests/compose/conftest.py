@@ -23,6 +23,7 @@ import httpx2
 import pytest
 from pytest_docker.plugin import DockerComposeExecutor, Services, get_docker_services
 
+from harness import web
 from harness.docker import REPO
 from harness.images import build_image
 
@@ -140,7 +141,7 @@ def docker_services(  # noqa: PLR0917 - pytest passes fixtures by name
 
 def is_ready(url: str) -> bool:
     try:
-        return httpx2.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200
+        return web.get(f"{url}/readyz", timeout=2, trust_env=False).status_code == 200
     except httpx2.TransportError:
         return False
 
@@ -164,5 +165,5 @@ def server_url(docker_services: Services, compose: DockerComposeExecutor, docker
 
 @pytest.fixture
 def client(server_url: str) -> Iterator[httpx2.Client]:
-    with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
+    with web.client(base_url=server_url, timeout=30, trust_env=False) as http:
         yield http

@@ -17,9 +17,9 @@ import shlex
 import subprocess
 from collections.abc import Iterator
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import REPO, poll
 from tests.compose.conftest import compose_command, is_ready
 
@@ -170,7 +170,7 @@ def test_each_worker_ran_under_its_own_cpu_limit(project: Project) -> None:
 
 
 def test_the_served_model_is_the_trained_line(server_url: str) -> None:
-    with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as client:
+    with web.client(base_url=server_url, timeout=30, trust_env=False) as client:
         response = client.post("/v1/models/model:predict", json={"instances": [1.0, 2.0]})
         assert response.status_code == 200, response.text
         assert response.json() == {"predictions": [2.5, 3.0]}

@@ -19,6 +19,7 @@ import httpx2
 import pytest
 from pytest_docker.plugin import DockerComposeExecutor
 
+from harness import web
 from tests.compose.conftest import is_ready
 from tests.tf_text import NODE, NOT_A_MATRIX, tf_text
 
@@ -296,7 +297,7 @@ def test_bounded_concurrent_load_has_zero_errors(server_url: str) -> None:
 
     async def run() -> None:
         limits = httpx2.Limits(max_connections=concurrency)
-        async with httpx2.AsyncClient(
+        async with web.async_client(
             base_url=server_url, timeout=30, limits=limits, trust_env=False
         ) as http:
             gate = asyncio.Semaphore(concurrency)
@@ -350,7 +351,7 @@ def sized_for(url: str, seconds: float) -> int:
     sample = 100_000
     body = instances_body(sample)
     took = []
-    with httpx2.Client(base_url=url, timeout=60, trust_env=False) as http:
+    with web.client(base_url=url, timeout=60, trust_env=False) as http:
         for _ in range(3):
             started = time.perf_counter()
             assert http.post("/v1/models/model:predict", content=body).status_code == 200
@@ -389,7 +390,7 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(
 
         def send() -> None:
             try:
-                with httpx2.Client(base_url=url, timeout=60, trust_env=False) as http:
+                with web.client(base_url=url, timeout=60, trust_env=False) as http:
                     response = http.post("/v1/models/model:predict", content=body)
                     answered_at.append(time.monotonic())
                     results.append((response.status_code, response.json()["predictions"]))
@@ -402,7 +403,7 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(
         in_flight = 0.0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and in_flight < 3:
-            page = httpx2.get(f"{url}/metrics", trust_env=False).text
+            page = web.get(f"{url}/metrics", trust_env=False).text
             in_flight = metric(page, "serving_predict_in_flight")
         assert in_flight >= 3, "requests did not reach the server"
 
@@ -430,9 +431,9 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(
         assert "received SIGTERM: draining" in logs
         assert "Traceback" not in logs
         with pytest.raises(httpx2.TransportError):
-            httpx2.get(f"{url}/healthz", timeout=2, trust_env=False)
+            web.get(f"{url}/healthz", timeout=2, trust_env=False)
     finally:
         subprocess.run(["docker", "rm", "-f", "-v", name], capture_output=True, check=False)
     # The project's own server is untouched.
-    with httpx2.Client(base_url=server_url, timeout=10, trust_env=False) as http:
+    with web.client(base_url=server_url, timeout=10, trust_env=False) as http:
         assert predict(http, {"instances": [2.0]}) == {"predictions": [3.0]}

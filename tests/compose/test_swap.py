@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import httpx2
 from pytest_docker.plugin import DockerComposeExecutor
 
+from harness import web
 from harness.docker import poll
 
 V1 = [2.5, 3.0]  # y = 0.5 x + 2 for x = 1, 2
@@ -36,7 +36,7 @@ def under_load(server_url: str, action: Callable[[], None], until: list[float]) 
     first_until: list[int] = []  # index of the first `until` in answers
 
     def client() -> None:
-        with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
+        with web.client(base_url=server_url, timeout=30, trust_env=False) as http:
             while not stop.is_set():
                 response = http.post("/v1/models/model:predict", json={"instances": [1.0, 2.0]})
                 body = response.json()
@@ -47,7 +47,7 @@ def under_load(server_url: str, action: Callable[[], None], until: list[float]) 
                         first_until.append(len(answers) - 1)
 
     def probe() -> None:
-        with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
+        with web.client(base_url=server_url, timeout=30, trust_env=False) as http:
             while not stop.is_set():
                 status = http.get("/readyz").status_code
                 if status != 200:
@@ -86,7 +86,7 @@ def test_retrain_swaps_version_2_in_and_removing_it_rolls_back(
     assert [a for a in answers if a not in (V1, V2)] == []  # no error, no /readyz 503
     assert answers[-1] == V2
     assert answers.count(V1) > 0
-    with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
+    with web.client(base_url=server_url, timeout=30, trust_env=False) as http:
         states = {
             v["version"]: v["state"]
             for v in http.get("/v1/models/model").json()["model_version_status"]
@@ -99,7 +99,7 @@ def test_retrain_swaps_version_2_in_and_removing_it_rolls_back(
     answers = under_load(server_url, roll_back, until=V1)
     assert [a for a in answers if a not in (V1, V2)] == []
     assert answers[-1] == V1
-    with httpx2.Client(base_url=server_url, timeout=30, trust_env=False) as http:
+    with web.client(base_url=server_url, timeout=30, trust_env=False) as http:
         states = {
             v["version"]: v["state"]
             for v in http.get("/v1/models/model").json()["model_version_status"]

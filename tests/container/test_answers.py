@@ -75,6 +75,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from harness import web
 from harness.docker import poll
 from harness.models import ModelLibrary
 from harness.servers import Server, ServerPool, ServerSpec, serve, write_models
@@ -174,9 +175,7 @@ def rest(server: Server, method: str, path: str, body: Any = None) -> dict[str, 
     else:
         content = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"} if content is not None else {}
-    answer = httpx2.request(
-        method, server.rest + path, content=content, headers=headers, timeout=120
-    )
+    answer = web.request(method, server.rest + path, content=content, headers=headers, timeout=120)
     recorded: dict[str, Any] = {
         "status": answer.status_code,
         "content_type": answer.headers.get("content-type"),
@@ -627,7 +626,7 @@ def main(
         staged.rename(models / "late" / "1")
 
         def ready() -> bool:
-            return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+            return web.get(server.rest + "/readyz", timeout=5).status_code == 200
 
         assert poll(ready, 300, 0.25), server.logs()
         yield server, startup
@@ -658,7 +657,7 @@ def test_grpc_answers(main: tuple[Server, dict[str, Any]]) -> None:
 
 def test_metric_names(main: tuple[Server, dict[str, Any]]) -> None:
     server, _ = main
-    page = httpx2.get(server.rest + "/monitoring/prometheus/metrics", timeout=30)
+    page = web.get(server.rest + "/monitoring/prometheus/metrics", timeout=30)
     lines = page.text.splitlines()
     samples = []  # each sample's name and label names, in the page's order, once
     for line in lines:
@@ -687,7 +686,7 @@ def test_reload_answers(main: tuple[Server, dict[str, Any]]) -> None:
     }).values()  # fmt: skip
 
     def failed() -> bool:
-        answer = httpx2.get(server.rest + "/v1/models/broken", timeout=10)
+        answer = web.get(server.rest + "/v1/models/broken", timeout=10)
         versions = answer.json().get("model_version_status", []) if answer.is_success else []
         return bool(versions) and versions[0]["state"] == "END"
 

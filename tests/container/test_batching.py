@@ -22,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers, poll, wait
 from harness.models import ModelLibrary
 from harness.servers import Server, ServerPool, ServerSpec, serve
@@ -71,7 +72,7 @@ def pair(servers: ServerPool) -> tuple[Server, Server]:
 
 
 def rest(server: Server, rows: Any, signature: str = "serving_default") -> tuple[int, Any]:
-    answer = httpx2.post(
+    answer = web.post(
         f"{server.rest}/v1/models/mlp:predict",
         json={"signature_name": signature, "inputs": {"x": rows}},
         timeout=60,
@@ -176,7 +177,7 @@ def test_parameters_file_errors_exit_78_before_serving(
 
 def gated(server: Server) -> httpx2.Response:
     """A predict of the gated signature: answered once the server's gate is open."""
-    return httpx2.post(
+    return web.post(
         f"{server.rest}/v1/models/mlp:predict",
         json={"signature_name": "gated", "inputs": {"x": [1.0]}},
         timeout=120,

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers
 from harness.models import ModelLibrary
 from harness.servers import Server, ServerPool
@@ -285,7 +285,7 @@ def test_every_v2_rest_error_is_the_user_s_not_a_500(server: tuple[Server, str])
     running, _ = server
     problems = []
     for case, method, path, arguments, status in rest_cases():
-        answer = httpx2.request(method, running.rest + path, timeout=60, **arguments)
+        answer = web.request(method, running.rest + path, timeout=60, **arguments)
         error = answer.json().get("error", "") if answer.content else ""
         if answer.status_code != status or not error:
             problems.append(f"{case}: {answer.status_code} {answer.text[:300]!r}, not {status}")

@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import poll, wait
 from harness.models import ModelLibrary
 from harness.servers import READY_TIMEOUT, Server, ServerPool, ServerSpec, serve
@@ -194,13 +194,13 @@ def test_the_graph_takes_shapes_its_signature_does_not_say(server: Server) -> No
     assert (two_d["code"], two_d["outputs"]) == ("OK", {"y": [[2.0]]}), two_d
     assert (scalar["code"], scalar["outputs"]) == ("OK", {"y": 3.0}), scalar
     assert (rows["code"], rows["outputs"]) == ("OK", {"y": [[3.0]]}), rows
-    rest = httpx2.post(
+    rest = web.post(
         server.rest + "/v1/models/plus/versions/1:predict",
         json={"instances": [[1.0, 2.0]]},
         timeout=30,
     )
     assert (rest.status_code, rest.json()) == (200, {"predictions": [[2.0, 3.0]]}), rest.text
-    refused = httpx2.post(
+    refused = web.post(
         server.rest + "/v1/models/matmul:predict", json={"instances": [1.0, 2.0]}, timeout=30
     )
     assert refused.status_code == 400, refused.text
@@ -313,7 +313,7 @@ def test_metadata_holds_the_signature_defs_as_the_savedmodel_does(server: Server
     writes it into the SignatureDef's `defaults`): as TF Serving answers, the
     default's TensorProto, `"defaults": {}` where there is none, and TensorFlow's
     own __saved_model_init_op signature."""
-    rest = httpx2.get(f"{server.rest}/v1/models/defaults/metadata", timeout=10)
+    rest = web.get(f"{server.rest}/v1/models/defaults/metadata", timeout=10)
     assert rest.status_code == 200, rest.text
     body = rest.json()
     assert list(body) == ["model_spec", "metadata"]

@@ -32,6 +32,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
+from harness import web
 from harness.docker import Containers, poll, wait
 from harness.models import ModelLibrary
 from harness.servers import ModelSource, Server, ServerPool, ServerSpec, serve
@@ -88,7 +89,7 @@ def survived(server: Server) -> None:
         if server.container.status != "running":
             return True
         try:
-            return httpx2.get(server.rest + "/readyz", timeout=5).status_code == 200
+            return web.get(server.rest + "/readyz", timeout=5).status_code == 200
         except httpx2.TransportError:
             return False
 
@@ -129,7 +130,7 @@ def good_predict(server: Server) -> None:
         {"op": "predict", "model": "plus", "inputs": {"x": {"values": [1.0, 2.5]}}}
     )
     assert (answer["code"], answer["outputs"]) == ("OK", {"y": [2.0, 3.5]}), answer
-    response = httpx2.post(f"{server.rest}/v1/models/plus:predict", json={"instances": [1.0]})
+    response = web.post(f"{server.rest}/v1/models/plus:predict", json={"instances": [1.0]})
     assert response.json() == {"predictions": [2.0]}
 
 
@@ -225,7 +226,7 @@ def test_a_classify_context_cannot_multiply_a_small_body(server: Server) -> None
     body = json.dumps(document, separators=(",", ":")).encode()
     assert len(body) < BODY_LIMIT
     try:
-        response = httpx2.post(
+        response = web.post(
             f"{server.rest}/v1/models/examples:classify",
             content=body,
             headers={"content-type": "application/json"},
@@ -245,7 +246,7 @@ def test_a_classify_context_cannot_multiply_a_small_body(server: Server) -> None
         "(8 x --max-body-bytes); send fewer examples per request or a smaller context, or "
         "raise --max-body-bytes"
     )
-    response = httpx2.post(
+    response = web.post(
         f"{server.rest}/v1/models/examples:classify",
         json={"signature_name": "classify", **BODY},
         timeout=30,
@@ -352,7 +353,7 @@ def test_a_gigabyte_of_garbage_as_a_graph_fails_its_version_and_version_1_serves
                 if server.container.status != "running":
                     return {"exited": server.container.attrs["State"]}
                 try:
-                    answer = httpx2.get(f"{server.rest}/v1/models/plus/versions/2", timeout=10)
+                    answer = web.get(f"{server.rest}/v1/models/plus/versions/2", timeout=10)
                 except httpx2.TransportError:  # killed meanwhile: the next look says so
                     return None
                 if answer.status_code != 200:
@@ -371,7 +372,7 @@ def test_a_gigabyte_of_garbage_as_a_graph_fails_its_version_and_version_1_serves
                 "(--max-graph-bytes, SERVE_MAX_GRAPH_BYTES): not read; a graph's weights belong "
                 "in variables/, or raise --max-graph-bytes"
             )
-            answer = httpx2.post(
+            answer = web.post(
                 f"{server.rest}/v1/models/plus:predict", json={"instances": [1.0]}, timeout=30
             )
             assert answer.json() == {"predictions": [2.0]}
@@ -596,7 +597,7 @@ def test_many_large_bodies_at_once_with_batching(servers: ServerPool) -> None:
 
         def send(_: int) -> tuple[int, Any]:
             try:
-                response = httpx2.post(
+                response = web.post(
                     f"{server.rest}/v1/models/plus:predict",
                     content=body,
                     headers={"content-type": "application/json"},

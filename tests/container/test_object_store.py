@@ -22,6 +22,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers, poll, remove
 from harness.models import ModelLibrary
 from tests.object_stores import Emulator, free_port, put_raw, running, stored_keys, upload
@@ -77,12 +78,12 @@ class Server:
         self.container.reload()
         assert self.container.status == "running", self.logs()
         try:
-            return httpx2.get(f"{self.rest}/readyz", timeout=5).status_code == 200
+            return web.get(f"{self.rest}/readyz", timeout=5).status_code == 200
         except httpx2.TransportError:
             return False
 
     def predict(self) -> float:
-        answer = httpx2.post(
+        answer = web.post(
             f"{self.rest}/v1/models/plus:predict", json={"instances": [10.0]}, timeout=30
         )
         assert answer.status_code == 200, answer.text
@@ -109,7 +110,7 @@ class Client(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.versions.append(round(self.server.predict()))
-                if httpx2.get(f"{self.server.rest}/readyz", timeout=5).status_code != 200:
+                if web.get(f"{self.server.rest}/readyz", timeout=5).status_code != 200:
                     self.failures.append("readiness went down")
             except (AssertionError, httpx2.HTTPError) as err:
                 self.failures.append(str(err))
@@ -186,7 +187,7 @@ def test_a_store_that_is_down_at_start_up(exports: Path, store: Emulator, server
     try:
         assert poll(lambda: f"listing {server.url} failed" in server.logs(), 60, 0.5)
         assert not server.ready()
-        assert httpx2.get(f"{server.rest}/healthz", timeout=5).status_code == 200
+        assert web.get(f"{server.rest}/healthz", timeout=5).status_code == 200
     finally:
         store.start()
     upload(store.filesystem(), exports / "1", f"{server.prefix}/1")
@@ -229,14 +230,14 @@ def test_object_names_that_leave_the_model_cache_fail_their_version(
         status = f"{server.rest}/v1/models/plus"
 
         def version_2_failed() -> bool:  # (LOADING while its load is retried, then END)
-            answer = httpx2.get(status, timeout=10).json()["model_version_status"]
+            answer = web.get(status, timeout=10).json()["model_version_status"]
             return any(
                 v["version"] == "2" and v["status"].get("error_code") == "INVALID_ARGUMENT"
                 for v in answer
             )
 
         assert poll(version_2_failed, 120, 0.5), server.logs()
-        answer = httpx2.get(status, timeout=10).json()["model_version_status"]
+        answer = web.get(status, timeout=10).json()["model_version_status"]
         failed = next(v["status"] for v in answer if v["version"] == "2")
         first = f"{store.kind}://models/{key}/2/{sorted(names)[0]}"
         assert f"object {first!r}" in failed["error_message"], answer

@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers, metric_value
 from harness.models import ModelLibrary
 from harness.servers import Server, ServerPool
@@ -309,5 +309,5 @@ def test_a_tf1_export_through_the_batch_queue(sessions_server: Server) -> None:
         rows = [0.5 * i + 2.0, 0.5 * (i + 1) + 2.0]
         expected = rows if i % 2 else [[row] for row in rows]
         assert (answer.status_code, answer.json()) == (200, {"predictions": expected}), i
-    page = httpx2.get(sessions_server.rest + "/metrics", timeout=30).text
+    page = web.get(sessions_server.rest + "/metrics", timeout=30).text
     assert metric_value(page, "serving_batches_total") > 0

@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers, poll
 from harness.models import ModelLibrary
 from harness.servers import READY_TIMEOUT, ServerPool, serve
@@ -72,7 +72,7 @@ def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
         ready: list[int] = []
 
         def client() -> None:
-            with httpx2.Client(base_url=server.url, timeout=30) as http:
+            with web.client(base_url=server.url, timeout=30) as http:
                 while not stop.is_set():
                     sent = time.monotonic()
                     response = http.post("/v1/models/plus:predict", json={"instances": [10.0]})
@@ -81,7 +81,7 @@ def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
                         answers.append((sent, time.monotonic(), response.status_code, y))
 
         def probe() -> None:
-            with httpx2.Client(base_url=server.url, timeout=30) as http:
+            with web.client(base_url=server.url, timeout=30) as http:
                 while not stop.is_set():
                     ready.append(http.get("/readyz").status_code)
                     time.sleep(0.05)

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import poll, wait
 from harness.servers import READY_TIMEOUT, Server, ServerPool, ServerSpec
 
@@ -69,7 +69,7 @@ def gated_server(servers: ServerPool, gate: Path, *args: str) -> Iterator[Server
 
 def rest_predict(server: Server, keys: list[str]) -> tuple[int, Any]:
     """(status, the JSON body, or its text when it is not JSON)."""
-    answer = httpx2.post(
+    answer = web.post(
         f"{server.rest}/v1/models/gated:predict", json={"inputs": {"key": keys}}, timeout=120
     )
     try:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from harness import web
 from harness.docker import Containers
 from harness.models import ModelLibrary
 from harness.servers import Server, ServerPool, ServerSpec, serve
@@ -123,7 +123,7 @@ def test_the_socket_has_the_same_tls(tls_server: Server, certs: tuple[Certs, Pat
 
 
 def test_rest_stays_plain_http(tls_server: Server) -> None:
-    answer = httpx2.get(f"{tls_server.rest}/v1/models/plus", timeout=10)
+    answer = web.get(f"{tls_server.rest}/v1/models/plus", timeout=10)
     assert answer.status_code == 200
     assert answer.json()["model_version_status"][0]["state"] == "AVAILABLE"
 

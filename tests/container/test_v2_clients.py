@@ -36,6 +36,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from harness import web
 from harness.docker import REPO, poll
 from harness.servers import Server, ServerPool, serve
 from tests.container.gates import OPEN, Gate
@@ -216,7 +217,7 @@ class V2Server:
     def v1(self, model: str, inputs: Any, version: int | None = None) -> Any:
         """TF Serving's REST predict (columnar): its outputs as v2 results, flat, by name."""
         path = f"{model}/versions/{version}" if version else model
-        answer = httpx2.post(
+        answer = web.post(
             f"{self.rest}/v1/models/{path}:predict", json={"inputs": inputs}, timeout=60
         )
         assert answer.status_code == 200, answer.text
@@ -224,7 +225,7 @@ class V2Server:
         return outputs if isinstance(outputs, dict) else {"y": outputs}
 
     def v2(self, path: str, **request: Any) -> httpx2.Response:
-        return httpx2.post(f"{self.rest}/v2/{path}", timeout=60, **request)
+        return web.post(f"{self.rest}/v2/{path}", timeout=60, **request)
 
 
 @pytest.fixture(scope="module")
@@ -434,19 +435,19 @@ def test_kserve_clients(server: V2Server, transport: str) -> None:
 
 
 def test_rest_health_and_metadata_routes(server: V2Server) -> None:
-    assert httpx2.get(f"{server.rest}/v2", timeout=10).json() == SERVER_METADATA
+    assert web.get(f"{server.rest}/v2", timeout=10).json() == SERVER_METADATA
     for path in (
         "health/live",
         "health/ready",
         "models/mixed/ready",
         "models/plus/versions/1/ready",
     ):
-        assert httpx2.get(f"{server.rest}/v2/{path}", timeout=10).status_code == 200, path
-    answer = httpx2.get(f"{server.rest}/v2/models/plus/versions/2", timeout=10)
+        assert web.get(f"{server.rest}/v2/{path}", timeout=10).status_code == 200, path
+    answer = web.get(f"{server.rest}/v2/models/plus/versions/2", timeout=10)
     assert answer.status_code == 200
     assert by_name(answer.json()) == PLUS_METADATA
     for path in ("models/nope", "models/nope/ready", "models/plus/versions/9"):
-        answer = httpx2.get(f"{server.rest}/v2/{path}", timeout=10)
+        answer = web.get(f"{server.rest}/v2/{path}", timeout=10)
         assert answer.status_code == 404, path
         assert list(answer.json()) == ["error"], answer.text
 
@@ -570,14 +571,14 @@ def test_a_v2_request_batches_with_v1_requests(servers: ServerPool, tmp_path: Pa
     with servers.private(spec) as running:
 
         def v1(x: float) -> httpx2.Response:
-            return httpx2.post(
+            return web.post(
                 f"{running.rest}/v1/models/mlp:predict",
                 json={"signature_name": "gated", "inputs": {"x": [x]}},
                 timeout=120,
             )
 
         def v2(x: float) -> httpx2.Response:
-            return httpx2.post(
+            return web.post(
                 f"{running.rest}/v2/models/mlp/infer",
                 json={
                     "parameters": {"signature_name": "gated"},

@@ -37,6 +37,7 @@ import pytest
 from docker.models.containers import Container
 from grpc_health.v1 import health_pb2
 
+from harness import web
 from harness.docker import Containers, remove, wait
 from harness.images import build_image
 from tests.deploy.kustomize import (
@@ -222,7 +223,7 @@ def health(port: int, service: str) -> str | None:
 
 def status(url: str, path: str) -> int | None:
     try:
-        return httpx2.get(f"{url}{path}", timeout=3, trust_env=False).status_code
+        return web.get(f"{url}{path}", timeout=3, trust_env=False).status_code
     except httpx2.TransportError:
         return None
 
@@ -250,7 +251,7 @@ def test_grpc_health_of_the_model(server: tuple[Container, str]) -> None:
 
 def test_predict(server: tuple[Container, str]) -> None:
     _, url = server
-    response = httpx2.post(
+    response = web.post(
         f"{url}/v1/models/model:predict",
         json={"instances": [1.0, 2.0]},
         timeout=30,

@@ -33,6 +33,7 @@ import httpx2
 import pytest
 from docker.models.containers import Container
 
+from harness import web
 from harness.docker import Containers, poll, remove, wait
 from tests.container.keras_ways import assert_keras_ways
 from tests.matrix.conftest import (
@@ -114,7 +115,7 @@ def server(containers: Containers, library: Path, tmp_path: Path) -> Iterator[Ru
             container.reload()
             assert container.status == "running", container.logs().decode(errors="replace")
             try:
-                return httpx2.get(rest + "/readyz", timeout=5).status_code == 200
+                return web.get(rest + "/readyz", timeout=5).status_code == 200
             except httpx2.TransportError:
                 return False
 
@@ -125,7 +126,7 @@ def server(containers: Containers, library: Path, tmp_path: Path) -> Iterator[Ru
 
 
 def predict(rest: str, key: str) -> tuple[int, Any]:
-    answer = httpx2.post(
+    answer = web.post(
         f"{rest}/v1/models/gated:predict", json={"inputs": {"key": [key]}}, timeout=120
     )
     try:
@@ -157,7 +158,7 @@ def grpc_predict(key: str, timeout: float = 60) -> dict[str, Any]:
 
 
 def in_flight(rest: str) -> float:
-    for line in httpx2.get(rest + "/metrics", timeout=10).text.splitlines():
+    for line in web.get(rest + "/metrics", timeout=10).text.splitlines():
         if line.startswith("serving_predict_in_flight "):
             return float(line.split()[1])
     raise AssertionError("serving_predict_in_flight is not on /metrics")
