@@ -4,12 +4,13 @@
 builds the default TLS context: it loads the machine's CA bundle
 (SSL_CERT_FILE or OpenSSL's), about 55 ms of CPU here, even for an http:// URL.
 py-spy over the container tier's pytest workers found that load in 600 of
-their 960 CPU-seconds, a fifth of the machine's CPU during the tier
-(docs/development.md, "The harness"). These functions are httpx2's, with
-the same fresh connection per call, and `verify` defaulting to one context
-built once, with no CA at all: every test's URL is http:// on 127.0.0.1 or
-a container; an https:// URL must pass its own `verify` (tests/tls_certs.py's
-CA), and without it the handshake fails rather than trusting anything.
+the 960 seconds it sampled them running; the workers used 400 CPU-seconds,
+13% of the machine's during the tier (docs/development.md, "The harness").
+These functions are httpx2's, with the same fresh connection per call, and
+`verify` defaulting to one context built once, with no CA at all: every
+test's URL is http:// on 127.0.0.1 or a container; an https:// URL must pass
+its own `verify` (tests/tls_certs.py's CA), and without it the handshake
+fails rather than trusting anything.
 """
 
 from __future__ import annotations
