@@ -39,8 +39,11 @@ def echo() -> Iterator[http.server.ThreadingHTTPServer]:
 
 
 def test_a_call_loads_no_ca_bundle(
-    echo: http.server.ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch
+    echo: http.server.ThreadingHTTPServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # A bundle httpx2 reads on every call, whatever this machine's own (CI sets one too).
+    make_certs(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
     loads: list[object] = []
     original = ssl.SSLContext.load_verify_locations
 
