@@ -46,19 +46,6 @@ def put(url: str, **kwargs: Any) -> httpx2.Response:
     return httpx2.put(url, **_verify(kwargs))
 
 
-def delete(url: str, **kwargs: Any) -> httpx2.Response:
-    return httpx2.delete(url, **_verify(kwargs))
-
-
-def head(url: str, **kwargs: Any) -> httpx2.Response:
-    return httpx2.head(url, **_verify(kwargs))
-
-
-def stream(method: str, url: str, **kwargs: Any) -> Any:
-    """httpx2.stream (a context manager of the streamed response)."""
-    return httpx2.stream(method, url, **_verify(kwargs))
-
-
 def client(**kwargs: Any) -> httpx2.Client:
     """An httpx2.Client (keeps its connections: for tests that want them kept)."""
     return httpx2.Client(**_verify(kwargs))
