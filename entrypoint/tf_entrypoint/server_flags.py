@@ -63,6 +63,7 @@ ENV_GRPC_PORT = "SERVE_GRPC_PORT"
 ENV_MONITORING_CONFIG_FILE = "SERVE_MONITORING_CONFIG_FILE"
 ENV_HOST = "SERVE_HOST"
 ENV_WORKERS = "SERVE_WORKERS"
+ENV_FRONTENDS = "SERVE_FRONTENDS"
 ENV_MAX_QUEUE = "SERVE_MAX_QUEUE"
 ENV_MAX_BODY_BYTES = "SERVE_MAX_BODY_BYTES"
 ENV_MAX_GRAPH_BYTES = "SERVE_MAX_GRAPH_BYTES"
@@ -308,6 +309,10 @@ FLAGS: tuple[Flag, ...] = (
          env=ENV_MONITORING_CONFIG_FILE, default="none"),
     Flag("workers", "inference threads", env=ENV_WORKERS, default="the CPU budget",
          tf_serving=False),
+    Flag("frontends", "REST and gRPC front-end processes over one engine process that "
+         "holds TensorFlow and the models (docs/serving.md, \"Processes\"); 1: one process. "
+         "In progress (issue 34): opt-in until every serving test passes in both modes",
+         env=ENV_FRONTENDS, default="1", tf_serving=False),
     Flag("max-queue", "requests admitted (running + waiting) before 503", env=ENV_MAX_QUEUE,
          default=f"{DEFAULT_QUEUE_PER_WORKER} per worker", tf_serving=False),
     Flag("max-body-bytes", "largest request body or gRPC message (larger gets 413); what "

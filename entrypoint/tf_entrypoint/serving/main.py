@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
@@ -394,7 +394,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     page = config.monitoring.prometheus_path
     if page is not None and config.rest_port:
         log.info("TF Serving's Prometheus metrics at %s (%s)", page, config.monitoring_config_file)
+    if config.frontends > 1:
+        from tf_entrypoint.serving import processes  # noqa: PLC0415 - only with --frontends
 
+        _import_for_children(config)
+        return processes.supervise(config, engine_main, frontend_main)
+    return _serve(config, lambda on_fatal: build_core(config, on_fatal=on_fatal), _transports)
+
+
+#: Builds the transports of a process: (core, config, on_fatal) -> transports, not started.
+BuildTransports = Callable[[ServingCore, ServeConfig, Callable[[str], None]], list[Transport]]
+
+
+def _transports(
+    core: ServingCore, config: ServeConfig, on_fatal: Callable[[str], None]
+) -> list[Transport]:
+    """REST and gRPC, as the configuration turns them on (TRANSPORTS)."""
+    return [
+        row.build(core, config, functools.partial(on_fatal, f"the {row.name} server stopped"))
+        for row in TRANSPORTS
+        if row.wanted(config)
+    ]
+
+
+def _serve(
+    config: ServeConfig,
+    make_core: Callable[[Callable[[str], None]], ServingCore],
+    transports: BuildTransports,
+) -> int:
+    """Build the core and the transports, serve until a signal or a fatal error, drain."""
     fatal: list[str] = []
 
     def on_fatal(message: str) -> None:
@@ -402,13 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         fatal.append(message)
         stop.begin(None)
 
-    core = build_core(config, on_fatal=on_fatal)
+    core = make_core(on_fatal)
     stop = _Stop(core, config.grace_period, lambda: EXIT_FATAL if fatal else EXIT_OK)
     try:  # until main() returns, a drain that takes too long ends the process (_Stop)
-        for row in TRANSPORTS:
-            if row.wanted(config):
-                ended = functools.partial(on_fatal, f"the {row.name} server stopped")
-                stop.transports.append(row.build(core, config, ended))
+        stop.transports.extend(transports(core, config, on_fatal))
         _freeze_the_loaded()
         for transport in stop.transports:
             try:
@@ -433,6 +458,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     finally:
         stop.finish()
+
+
+def _import_for_children(config: ServeConfig) -> None:
+    """What every child needs, imported once here and shared copy-on-write: TensorFlow and
+    the model layer (which runs nothing), the transports' modules; then frozen."""
+    from tf_entrypoint.serving import model  # noqa: F401, PLC0415 - TensorFlow, no Session
+
+    for row in TRANSPORTS:
+        if row.wanted(config):
+            importlib.import_module(row.module)
+    importlib.import_module("tf_entrypoint.serving.ipc.remote")
+    importlib.import_module("tf_entrypoint.serving.ipc.service")
+    gc.freeze()
+
+
+def engine_main(config: ServeConfig, path: str) -> int:
+    """The engine process (serving/processes.py): the core, answering the front-ends on `path`."""
+    from tf_entrypoint.serving.ipc.engine import EngineOps  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.service import EngineService  # noqa: PLC0415
+
+    def engine(core: ServingCore, config: ServeConfig, on_fatal: object) -> list[Transport]:
+        lanes = (request_threads(config) + 2) * config.frontends + 8
+        return [EngineService(path, EngineOps(core.manager), max_lanes=lanes)]
+
+    return _serve(
+        replace(config, rest_port=0, grpc_port=0, grpc_socket_path=None),
+        lambda on_fatal: build_core(config, on_fatal=on_fatal),
+        engine,
+    )
+
+
+def frontend_main(config: ServeConfig, path: str, index: int) -> int:
+    """One front-end process (serving/processes.py): REST and gRPC over the engine at `path`."""
+    from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.remote import RemoteModels  # noqa: PLC0415
+    from tf_entrypoint.serving.model.servable import output_values  # noqa: PLC0415
+
+    def frontend_core(on_fatal: Callable[[str], None]) -> ServingCore:
+        metrics = Metrics()
+        metrics.workers.set(config.workers)
+        metrics.max_queue.set(config.max_queue)
+        for name in config.models.names():
+            metrics.add_model(name)
+        threads = request_threads(config)
+        models = RemoteModels(Lanes(path, threads + 2, wrap=output_values))
+        return ServingCore(
+            models,
+            metrics,
+            InferencePool(threads, config.max_queue, metrics, inline=False),
+            RequestLimits.of(config.max_body_bytes, config.workers),
+            manage_models=lambda stop, on_fatal: None,
+            on_fatal=on_fatal,
+            cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
+            profiler=None,
+            batching=config.batching is not None,
+        )
+
+    return _serve(config, frontend_core, _transports)
 
 
 def _freeze_the_loaded() -> None:

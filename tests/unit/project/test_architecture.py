@@ -115,6 +115,13 @@ def broken(rule: str) -> list[str]:
             bad = here in {"core", "codec"} and top(found.name) in FRAMEWORKS
         elif rule == "core imports only core":
             bad = here == "core" and bool(there) and there != "core"
+        elif rule == "ipc imports only core, ipc and the standard library":
+            bad = here == "ipc" and (
+                (bool(there) and there not in {"core", "ipc"})
+                or top(found.name) in {*FRAMEWORKS, *TENSORFLOW, "numpy"}
+            )
+        elif rule == "transports import no ipc":
+            bad = here in peers and there == "ipc"
         elif rule == "transports import no model":
             bad = here in peers and there == "model"
         elif rule == "only model imports TensorFlow":
@@ -139,6 +146,8 @@ RULES = (
     "nothing below the core imports a transport",
     "core and codec import no framework",
     "core imports only core",
+    "ipc imports only core, ipc and the standard library",
+    "transports import no ipc",
     "transports import no model",
     "only model imports TensorFlow",
     "protos only where wire formats are",

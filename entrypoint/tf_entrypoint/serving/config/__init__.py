@@ -115,6 +115,11 @@ class ServeConfig:
     monitoring_config_file: Path | None = None
     #: TF Serving's --grpc_socket_path: also serve gRPC on this UNIX socket.
     grpc_socket_path: str | None = None
+    #: --frontends: front-end processes over one engine process (serving/processes.py); 1: one
+    #: process, as before.
+    frontends: int = 1
+    #: Listen with SO_REUSEPORT: set for each front-end of several (serving/processes.py).
+    reuse_port: bool = False
     #: TF Serving's --enable_model_warmup: warm a version up before it serves.
     enable_model_warmup: bool = True
     #: TF Serving's --num_request_iterations_for_warmup: replays of each warm-up record.
@@ -439,6 +444,7 @@ def parse_config(
         rest_port=rest_port,
         workers=workers,
         max_queue=values.get("max-queue", POSITIVE_INT, default_max_queue(workers)),
+        frontends=values.get("frontends", POSITIVE_INT, 1),
         max_body_bytes=values.get("max-body-bytes", POSITIVE_INT, DEFAULT_MAX_BODY_BYTES),
         request_timeout=timeout,
         grace_period=values.get("grace-period", SECONDS, DEFAULT_GRACE_PERIOD),

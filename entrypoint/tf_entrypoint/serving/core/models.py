@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 
 from tf_entrypoint.serving.core import repository
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, ServingError
-from tf_entrypoint.serving.core.model_specs import ModelPath, ModelSpec
+from tf_entrypoint.serving.core.model_specs import ModelPath, ModelSpec, ServingConfig
 from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.submission import Submission
 from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -55,6 +56,39 @@ class Events(Protocol):
     ) -> None:
         """One load attempt of a version directory (TF Serving's load and warm-up metrics)."""
         ...
+
+
+class Leased(Protocol):
+    """What a request reads of the version it leased (a :class:`Version` here; in a
+    front-end of several processes, ipc/remote.py's RemoteVersion)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def metadata(self) -> bytes: ...
+
+    @property
+    def servable(self) -> Servable | None: ...
+
+
+class ModelTable(Protocol):
+    """What the transports ask of the models (:class:`Models` and the manager here;
+    ipc/remote.py's RemoteModels in a front-end of several processes)."""
+
+    def models(self) -> Collection[str]: ...
+
+    def lease(self, route: p.Route) -> AbstractContextManager[Leased]: ...
+
+    def check(self, route: p.Route) -> None: ...
+
+    def status(self, route: p.Route) -> list[p.VersionStatus]: ...
+
+    def readiness(self) -> tuple[list[str], dict[str, list[int]]]: ...
+
+    def submit(self, config: ServingConfig) -> Submission: ...
+
+    def close(self) -> None: ...
 
 
 class Version:

@@ -16,8 +16,8 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
 from tf_entrypoint.serving.core.drain import CutOff
 from tf_entrypoint.serving.core.limits import RequestLimits
-from tf_entrypoint.serving.core.manager import Manager
 from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.models import ModelTable
 from tf_entrypoint.serving.core.servable import Profiler
 
 #: The manager thread's loop: runs until `stop` is set, calls `on_fatal` when
@@ -30,7 +30,7 @@ class ServingCore:
 
     def __init__(
         self,
-        manager: Manager,
+        manager: ModelTable,
         metrics: Metrics,
         pool: InferencePool,
         limits: RequestLimits,

@@ -35,7 +35,7 @@ from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
 from tf_entrypoint.serving.core.errors import invalid_argument
-from tf_entrypoint.serving.core.models import Version
+from tf_entrypoint.serving.core.models import Leased
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of, route_of_spec
 
 
@@ -284,7 +284,7 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
     )
 
 
-def _servable(version: Version) -> Any:
+def _servable(version: Leased) -> Any:
     servable = version.servable
     assert servable is not None  # noqa: S101 - AVAILABLE versions have one
     return servable

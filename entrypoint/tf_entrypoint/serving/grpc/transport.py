@@ -47,11 +47,13 @@ log = logging.getLogger("tf_entrypoint.serving")
 def server_options(config: ServeConfig) -> list[tuple[str, int | str]]:
     """grpc's options: the message limit (--max-body-bytes; a response has none, as in
     TF Serving), no SO_REUSEPORT (a second server on the port is an error, not a
-    silent split of the connections), then --grpc_channel_arguments, which win."""
+    silent split of the connections) unless this is one of several front-ends
+    (serving/processes.py: the supervisor checked the port first), then
+    --grpc_channel_arguments, which win."""
     ours: tuple[tuple[str, int | str], ...] = (
         ("grpc.max_receive_message_length", config.max_body_bytes),
         ("grpc.max_send_message_length", -1),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if config.reuse_port else 0),
     )
     return channel_args.server_options(ours, config.grpc_channel_arguments)
 

@@ -207,6 +207,13 @@ def _shortest_texts(flat: Any) -> Any:
 _DTYPE_NAMES: dict[int, str] = {}
 
 
+def output_values(dtype: str, shape: tuple[int, ...], data: memoryview) -> OutputValues:
+    """An output's values from its bytes as another process sent them (ipc/wire.py's
+    RAW slots): what :func:`to_tensor` makes of the same array, so a front-end writes
+    the answer the engine's own process would have written."""
+    return OutputValues(np.frombuffer(data, dtype=NUMPY_DTYPES[dtype]), _VALUE_KINDS.get(dtype, ""))
+
+
 def to_tensor(value: Output) -> Tensor:
     """An output as the core's tensor: its dtype name, shape, and its values read lazily."""
     enum = value.dtype.as_datatype_enum

@@ -34,7 +34,7 @@ from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
-from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.models import ModelTable
 from tf_entrypoint.serving.core.servable import Pending
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
@@ -52,7 +52,7 @@ _RUNTIME_APIS = {
 }
 
 
-def status(manager: Manager, route: p.Route) -> Answer:
+def status(manager: ModelTable, route: p.Route) -> Answer:
     """GET /v1/models/NAME[/versions/N|/labels/L]."""
     try:
         return answer(200, p.status_body(manager.status(route)))
@@ -60,7 +60,7 @@ def status(manager: Manager, route: p.Route) -> Answer:
         return error_answer(err)
 
 
-def metadata(manager: Manager, route: p.Route) -> Answer:
+def metadata(manager: ModelTable, route: p.Route) -> Answer:
     """GET /v1/models/NAME[/versions/N|/labels/L]/metadata."""
     try:
         with manager.lease(route) as version:
@@ -70,7 +70,7 @@ def metadata(manager: Manager, route: p.Route) -> Answer:
 
 
 def inference(
-    manager: Manager,
+    manager: ModelTable,
     route: p.Route,
     body: Body,
     observe_inference: Callable[[float], None],
@@ -90,7 +90,7 @@ def inference(
 
 
 def _predict(
-    manager: Manager,
+    manager: ModelTable,
     route: p.Route,
     body: Body,
     observe_inference: Callable[[float], None],
@@ -120,7 +120,7 @@ def _predict(
 
 
 def _classify_or_regress(
-    manager: Manager,
+    manager: ModelTable,
     route: p.Route,
     body: Body,
     observe_inference: Callable[[float], None],

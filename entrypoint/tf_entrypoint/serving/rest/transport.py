@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -53,6 +54,24 @@ class _Uvicorn(uvicorn.Server):
             self.settled.set()
 
 
+def shared_port_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on `port` with SO_REUSEPORT, so that each front-end of several
+    (serving/processes.py) has its own accept queue and the kernel spreads connections."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class RestTransport:
     """TF Serving's REST API (and /healthz, /readyz, /metrics) on --rest_api_port."""
 
@@ -88,11 +107,15 @@ class RestTransport:
         self._ended = ended
         self._draining = False
         self._thread: threading.Thread | None = None
+        #: Our own listening socket (one of several front-ends' on the port), else None: uvicorn's.
+        self._sockets: list[socket.socket] | None = None
 
     def addresses(self) -> list[str]:
         return [f"{self.config.host}:{self.config.rest_port}"]
 
     def start(self) -> None:
+        if self.config.reuse_port:
+            self._sockets = [shared_port_socket(self.config.host, self.config.rest_port)]
         self._thread = threading.Thread(target=self._run, name="rest", daemon=True)
         self._thread.start()
         self._server.settled.wait()
@@ -102,7 +125,7 @@ class RestTransport:
 
     def _run(self) -> None:
         try:
-            self._server.run()
+            self._server.run(sockets=self._sockets)
         except BaseException as err:
             if self._server.started:
                 log.error("the REST server stopped: %s", err, exc_info=err)

@@ -29,7 +29,7 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import Decoded, signature_of
 from tf_entrypoint.serving.core.limits import RequestLimits
-from tf_entrypoint.serving.core.manager import Manager
+from tf_entrypoint.serving.core.models import ModelTable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
 from tf_entrypoint.serving.rest.errors import ERRORS, Answer, error_answer
@@ -80,7 +80,7 @@ def _header_length(scope: Scope) -> int | None:
 
 
 def infer(
-    manager: Manager,
+    manager: ModelTable,
     route: p.Route,
     body: Body,
     header_length: int | None,

@@ -282,7 +282,7 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         (["--saved-model-loader=tf2"], True, False, mib8, "tf2"),
     ):
         conf = parse(f"--model_base_path={tmp_path}", *argv)
-        loader = main.build_core(conf).manager._loader
+        loader = main.build_core(conf).manager._loader  # type: ignore[attr-defined]
         assert isinstance(loader, functools.partial)
         loader(tmp_path, 1)
         assert calls[-1] == (tmp_path, 1, warmup, check, body_bytes, chosen)
@@ -292,13 +292,13 @@ def test_warm_up_and_the_method_name_check_reach_the_loader(
         conf = parse(
             f"--model_base_path={tmp_path}", f"--num_request_iterations_for_warmup={given}"
         )
-        main.build_core(conf).manager._loader(tmp_path, 1)
+        main.build_core(conf).manager._loader(tmp_path, 1)  # type: ignore[attr-defined]
         assert iterations[-1] == replays
     # --max-graph-bytes (SERVE_MAX_GRAPH_BYTES): the graph file's limit, checked before a read.
     assert graph_limits[-1] == 64 * 1024 * 1024
     main.build_core(
         parse(f"--model_base_path={tmp_path}", "--max-graph-bytes=4096")
-    ).manager._loader(tmp_path, 1)
+    ).manager._loader(tmp_path, 1)  # type: ignore[attr-defined]
     assert graph_limits[-1] == 4096
 
 

@@ -1,0 +1,166 @@
+"""The engine's operations: what a front-end's call runs in the engine process.
+
+One handler (:class:`EngineOps`, ipc/service.py's ``Handler``) over the
+engine's models (core/models.py): the front-end sends an operation's name,
+its small arguments and its tensors; this leases the version, runs, and
+answers. Every operation is a few lines over what the single process does,
+so both modes answer alike:
+
+- ``describe``: a route's version as the front-end needs it to decode and
+  check a request (signatures and their texts, the SignatureDef map, which
+  signatures run) and to answer metadata;
+- ``run`` / ``run_many``: one predict, classify or regress (or
+  MultiInference's signatures) on the version the front-end decoded for. The
+  version is leased here, for the run, so a swap fails no request: when the
+  route now names another version, the answer says so (``stale``, with the
+  new description) and nothing runs; the front-end retries on it (ipc/remote.py);
+- ``status``, ``readiness``, ``models``, ``check``: the model table's answers;
+- ``submit``: a HandleReloadConfigRequest's configuration, to the manager.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.deadlines import run_with_deadline
+from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.models import Leased, ModelTable
+from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.types import Signature, Tensor, TensorSpec
+
+#: A Signature as plain data: ((alias, dtype, shape, tensor name), ...) twice, and the method.
+PlainSignature = tuple[
+    tuple[tuple[str, str, Any, str], ...], tuple[tuple[str, str, Any, str], ...], str
+]
+
+STALE = "stale"
+
+
+def plain_signature(signature: Signature) -> PlainSignature:
+    def specs(table: Mapping[str, TensorSpec]) -> tuple[tuple[str, str, Any, str], ...]:
+        return tuple((alias, s.dtype, s.shape, s.tensor_name) for alias, s in table.items())
+
+    return specs(signature.inputs), specs(signature.outputs), signature.method_name
+
+
+def signature_of(plain: PlainSignature) -> Signature:
+    inputs, outputs, method = plain
+
+    def specs(rows: tuple[tuple[str, str, Any, str], ...]) -> dict[str, TensorSpec]:
+        return {
+            alias: TensorSpec(dtype, None if shape is None else tuple(shape), name)
+            for alias, dtype, shape, name in rows
+        }
+
+    return Signature(specs(inputs), specs(outputs), method)
+
+
+def route_of(args: Sequence[Any]) -> p.Route:
+    kind, model, version, label = args[:4]
+    return p.Route(kind, model, version, label)
+
+
+def route_args(route: p.Route) -> tuple[Any, ...]:
+    return (route.kind, route.model, route.version, route.label)
+
+
+def describe(version: Leased) -> tuple[Any, ...]:
+    """A version as a front-end needs it (ipc/remote.py's RemoteVersion reads it back)."""
+    servable = version.servable
+    assert servable is not None  # noqa: S101 - leased versions are AVAILABLE
+    signatures = servable.signatures
+    return (
+        version.number,
+        id(version),
+        {name: plain_signature(s) for name, s in signatures.items()},
+        dict(servable.signature_texts),
+        servable.signature_def_map,
+        servable.warmup_records,
+        servable.method_name_check,
+        tuple(name for name in signatures if servable.runs(name)),
+        version.metadata,
+    )
+
+
+class EngineOps:
+    """The engine's one handler over its manager (ipc/service.py calls it on a lane's thread)."""
+
+    def __init__(self, manager: ModelTable) -> None:
+        self.manager = manager
+
+    def __call__(  # noqa: PLR0911 - one return per operation
+        self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
+    ) -> tuple[Any, Mapping[str, Tensor]]:
+        if op == "run":
+            return self._run(args, inputs, deadline)
+        if op == "run_many":
+            return self._run_many(args, inputs, deadline)
+        if op == "describe":
+            with self.manager.lease(route_of(args)) as version:
+                return describe(version), {}
+        if op == "status":
+            statuses = self.manager.status(route_of(args))
+            return tuple((s.version, s.state, s.error_code, s.error_message) for s in statuses), {}
+        if op == "readiness":
+            return self.manager.readiness(), {}
+        if op == "models":
+            return tuple(self.manager.models()), {}
+        if op == "check":
+            self.manager.check(route_of(args))
+            return None, {}
+        if op == "submit":
+            return self._submit(args[0]), {}
+        raise ServingError(Code.UNIMPLEMENTED, f"the engine has no operation {op!r}")
+
+    def _leased_run(
+        self, args: tuple[Any, ...], deadline: float | None, work: Any
+    ) -> tuple[Any, Mapping[str, Tensor]]:
+        number, load_id = args[4], args[5]
+        with self.manager.lease(route_of(args)) as version:
+            if (version.number, id(version)) != (number, load_id):
+                return (STALE, describe(version)), {}
+            servable = version.servable
+            assert servable is not None  # noqa: S101 - leased versions are AVAILABLE
+            answer: tuple[Any, Mapping[str, Tensor]] = run_with_deadline(
+                deadline, lambda: work(servable)
+            )
+            return answer
+
+    def _run(
+        self, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
+    ) -> tuple[Any, Mapping[str, Tensor]]:
+        name, wanted, batch = args[6], args[7], args[8]
+
+        def work(servable: Servable) -> tuple[Any, Mapping[str, Tensor]]:
+            return None, servable.run(name, inputs, wanted, batch=batch)
+
+        return self._leased_run(args, deadline, work)
+
+    def _run_many(
+        self, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
+    ) -> tuple[Any, Mapping[str, Tensor]]:
+        calls = args[6]  # ((name, (input alias, ...), (output alias, ...)), ...)
+        shared = {alias: inputs[alias] for alias in inputs}
+
+        def work(servable: Servable) -> tuple[Any, Mapping[str, Tensor]]:
+            results = servable.run_many(
+                [(name, {a: shared[a] for a in aliases}, wanted) for name, aliases, wanted in calls]
+            )
+            outputs: dict[str, Tensor] = {}
+            for index, result in enumerate(results):
+                for alias, tensor in result.items():
+                    outputs[f"{index}/{alias}"] = tensor
+            return tuple(len(result) for result in results), outputs
+
+        return self._leased_run(args, deadline, work)
+
+    def _submit(self, config: bytes) -> tuple[bool, list[str] | str]:
+        """Apply a configuration; (applied, the load errors, or why it was not applied)."""
+        submission = self.manager.submit(pickle.loads(config))  # noqa: S301 - our own front-end
+        try:
+            return True, submission.done.result()
+        except RuntimeError as err:
+            return submission.applied.is_set(), str(err)
