@@ -569,18 +569,29 @@ RELOAD_ERRORS = {
 # Servers
 
 
-@pytest.fixture(scope="module")
+#: The server's two shapes (docs/serving.md, "Processes"), which answer alike: one
+#: process, and a supervisor with an engine and two front-ends under 2 CPUs.
+MODES = {"one process": ((), 1.0), "two front-ends": (("--frontends=2",), 2.0)}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
 def main(
-    servers: ServerPool, model_library: ModelLibrary, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    servers: ServerPool,
+    model_library: ModelLibrary,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Server, dict[str, Any]]]:
-    """The module's server, after its start-up phase: (server, the start-up answers)."""
+    """The module's server, after its start-up phase: (server, the start-up answers); each
+    phase runs against both shapes of the server and compares with the same recording."""
+    extra, cpus = MODES[request.param]
     spec = ServerSpec(
         args=(
             "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",
             "--monitoring_config_file=/models/monitoring.config", f"--max-body-bytes={MAX_BODY}",
             # The recorded answers are of `broken` failing at once, without load retries.
-            "--max_num_load_retries=0",
+            "--max_num_load_retries=0", *extra,
         ),
+        cpus=cpus,
         models=tuple(sorted(MAIN_MODELS.items())),
         files=(("models.config", CONFIG), ("monitoring.config", MONITORING)),
         ready=False,  # ready only once `late` is in place

@@ -475,47 +475,76 @@ def _import_for_children(config: ServeConfig) -> None:
 
 def engine_main(config: ServeConfig, path: str) -> int:
     """The engine process (serving/processes.py): the core, answering the front-ends on `path`."""
-    from tf_entrypoint.serving.ipc.engine import EngineOps  # noqa: PLC0415
-    from tf_entrypoint.serving.ipc.service import EngineService  # noqa: PLC0415
-
-    def engine(core: ServingCore, config: ServeConfig, on_fatal: object) -> list[Transport]:
-        lanes = (request_threads(config) + 2) * config.frontends + 8
-        return [EngineService(path, EngineOps(core.manager), max_lanes=lanes)]
-
     return _serve(
         replace(config, rest_port=0, grpc_port=0, grpc_socket_path=None),
         lambda on_fatal: build_core(config, on_fatal=on_fatal),
-        engine,
+        lambda core, config, on_fatal: [engine_service(core, config, path)],
     )
+
+
+def engine_service(core: ServingCore, config: ServeConfig, path: str) -> Transport:
+    """The engine's side of the engine call (ipc/service.py) over `core`, on `path`."""
+    from tf_entrypoint.serving.ipc.engine import EngineOps  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.service import EngineService  # noqa: PLC0415
+
+    lanes = (request_threads(config) + FRONTEND_EXTRA_LANES) * config.frontends + 8
+    # The server's request threads and admission are the front-ends' (their gauges add up).
+    core.metrics.workers.set(0)
+    core.metrics.max_queue.set(0)
+    return EngineService(path, EngineOps(core.manager, core.metrics), max_lanes=lanes)
+
+
+#: A front-end's lanes beyond its request threads: the loops' calls (status,
+#: readiness, metadata), the metrics report, a reload.
+FRONTEND_EXTRA_LANES = 4
 
 
 def frontend_main(config: ServeConfig, path: str, index: int) -> int:
     """One front-end process (serving/processes.py): REST and gRPC over the engine at `path`."""
-    from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
-    from tf_entrypoint.serving.ipc.remote import RemoteModels  # noqa: PLC0415
     from tf_entrypoint.serving.model.servable import output_values  # noqa: PLC0415
 
-    def frontend_core(on_fatal: Callable[[str], None]) -> ServingCore:
-        metrics = Metrics()
-        metrics.workers.set(config.workers)
-        metrics.max_queue.set(config.max_queue)
-        for name in config.models.names():
-            metrics.add_model(name)
-        threads = request_threads(config)
-        models = RemoteModels(Lanes(path, threads + 2, wrap=output_values))
-        return ServingCore(
-            models,
-            metrics,
-            InferencePool(threads, config.max_queue, metrics, inline=False),
-            RequestLimits.of(config.max_body_bytes, config.workers),
-            manage_models=lambda stop, on_fatal: None,
-            on_fatal=on_fatal,
-            cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
-            profiler=None,
-            batching=config.batching is not None,
-        )
+    return _serve(
+        config,
+        lambda on_fatal: frontend_core(config, path, index, on_fatal, output_values),
+        _transports,
+    )
 
-    return _serve(config, frontend_core, _transports)
+
+def frontend_core(
+    config: ServeConfig,
+    path: str,
+    index: int,
+    on_fatal: Callable[[str], None],
+    wrap: Callable[[str, tuple[int, ...], memoryview], object] | None = None,
+) -> ServingCore:
+    """A front-end's core: its own metrics, workers and limits over the engine's models.
+
+    `wrap` makes an output's values from its bytes (the model layer's arrays).
+    """
+    from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.remote import RemoteModels, SharedMetrics  # noqa: PLC0415
+
+    metrics = Metrics()
+    metrics.workers.set(config.workers)
+    metrics.max_queue.set(config.max_queue)
+    for name in config.models.names():
+        metrics.add_model(name)
+    threads = request_threads(config)
+    lanes = Lanes(path, threads + FRONTEND_EXTRA_LANES, wrap=wrap)
+    shared = SharedMetrics(lanes, metrics, index)
+    metrics.pages = shared.pages
+    shared.start()
+    return ServingCore(
+        RemoteModels(lanes),
+        metrics,
+        InferencePool(threads, config.max_queue, metrics, inline=False),
+        RequestLimits.of(config.max_body_bytes, config.workers),
+        manage_models=lambda stop, on_fatal: None,
+        on_fatal=on_fatal,
+        cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
+        profiler=None,
+        batching=config.batching is not None,
+    )
 
 
 def _freeze_the_loaded() -> None:

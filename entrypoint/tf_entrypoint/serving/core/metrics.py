@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -16,6 +17,7 @@ from prometheus_client import (
 )
 
 from tf_entrypoint.serving.core.batching import BatchHooks
+from tf_entrypoint.serving.core.metrics_merge import Snapshot, snapshot
 from tf_entrypoint.serving.core.model_specs import ModelPath
 from tf_entrypoint.serving.core.tfs_metrics import TFServingMetrics
 
@@ -62,6 +64,9 @@ class Metrics:
         self._rest_series: dict[tuple[str, int, str, str], tuple[Any, Any, Any]] = {}
         self._grpc_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
         self._inference_series: dict[str, Any] = {}
+        #: With several processes (serving/processes.py): makes the two pages of all of
+        #: them, (ours, TF Serving's); None: this process's own.
+        self.pages: Callable[[], tuple[bytes, bytes]] | None = None
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
@@ -312,4 +317,17 @@ class Metrics:
         return BatchHooks(batch_run=batch_run, queued=self.batch_queue_delay.observe)
 
     def exposition(self) -> bytes:
+        """The /metrics page: this process's, or with several processes all of theirs."""
+        if self.pages is not None:
+            return self.pages()[0]
         return generate_latest(self.registry)
+
+    def tfserving_page(self) -> bytes:
+        """TF Serving's Prometheus page (--monitoring_config_file), likewise."""
+        if self.pages is not None:
+            return self.pages()[1]
+        return self.tfserving.page()
+
+    def snapshot(self) -> Snapshot:
+        """This process's samples as plain data (core/metrics_merge.py)."""
+        return snapshot([self.registry], self.tfserving)

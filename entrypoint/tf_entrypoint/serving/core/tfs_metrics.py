@@ -17,7 +17,8 @@ import bisect
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tf_entrypoint.serving.core.model_specs import ModelPath
 
@@ -103,6 +104,14 @@ class _Metric:
     def lines(self) -> list[str]:
         raise NotImplementedError
 
+    def cells(self) -> Any:
+        """The cells as plain data (core/metrics_merge.py)."""
+        raise NotImplementedError
+
+    def absorb(self, cells: Any) -> None:
+        """Add another process's :meth:`cells`."""
+        raise NotImplementedError
+
 
 class Counter(_Metric):
     """monitoring::Counter: an int64 per label-value tuple."""
@@ -121,6 +130,14 @@ class Counter(_Metric):
     def value(self, values: Sequence[str]) -> int:
         with self._lock:
             return self._cells.get(tuple(values), 0)
+
+    def cells(self) -> dict[tuple[str, ...], int]:
+        with self._lock:
+            return dict(self._cells)
+
+    def absorb(self, cells: Mapping[tuple[str, ...], int]) -> None:
+        for key, count in cells.items():
+            self.increment(key, count)
 
     def lines(self) -> list[str]:
         name = _metric_name(self.name)
@@ -164,6 +181,20 @@ class Sampler(_Metric):
                 cell = self._cells[key] = _Histogram(len(self.limits))
             cell.buckets[index] += 1
             cell.sum += value
+
+    def cells(self) -> dict[tuple[str, ...], tuple[list[int], float]]:
+        with self._lock:
+            return {key: (list(c.buckets), c.sum) for key, c in self._cells.items()}
+
+    def absorb(self, cells: Mapping[tuple[str, ...], tuple[list[int], float]]) -> None:
+        with self._lock:
+            for key, (buckets, total) in cells.items():
+                cell = self._cells.get(tuple(key))
+                if cell is None:
+                    cell = self._cells[tuple(key)] = _Histogram(len(self.limits))
+                for index, count in enumerate(buckets[: len(cell.buckets)]):
+                    cell.buckets[index] += count
+                cell.sum += total
 
     def count(self, values: Sequence[str]) -> int:
         with self._lock:
@@ -281,6 +312,17 @@ class TFServingMetrics:
         if warmup_seconds is not None:
             self.model_warmup_latency.add((model_path, "OK"), _microseconds(warmup_seconds))
             self.model_warmup_records_read.increment((model_path, "OK"), warmup_records)
+
+    def cells(self) -> dict[str, Any]:
+        """Every metric's cells as plain data, by name (core/metrics_merge.py)."""
+        return {metric.name: metric.cells() for metric in self._all}
+
+    def absorb(self, cells: Mapping[str, Any]) -> None:
+        """Add another process's :meth:`cells` to these (the sums of a page for several)."""
+        for metric in self._all:
+            given = cells.get(metric.name)
+            if given is not None:
+                metric.absorb(given)
 
     def page(self) -> bytes:
         """PrometheusExporter::GeneratePage: lines joined by newlines, one at the end."""

@@ -15,18 +15,24 @@ so both modes answer alike:
   route now names another version, the answer says so (``stale``, with the
   new description) and nothing runs; the front-end retries on it (ipc/remote.py);
 - ``status``, ``readiness``, ``models``, ``check``: the model table's answers;
-- ``submit``: a HandleReloadConfigRequest's configuration, to the manager.
+- ``submit``: a HandleReloadConfigRequest's configuration, to the manager;
+- ``report`` / ``metrics``: a front-end's metrics, every second; the pages of
+  every process merged, for a scrape (core/metrics_merge.py).
 """
 
 from __future__ import annotations
 
+import marshal
 import pickle
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.deadlines import run_with_deadline
 from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.metrics import Metrics
+from tf_entrypoint.serving.core.metrics_merge import merge
 from tf_entrypoint.serving.core.models import Leased, ModelTable
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.types import Signature, Tensor, TensorSpec
@@ -37,6 +43,8 @@ PlainSignature = tuple[
 ]
 
 STALE = "stale"
+#: The tensors of the metrics operations: a snapshot in, the two pages out.
+SNAPSHOT, OURS, TF_SERVING = "snapshot", "ours", "tfserving"
 
 
 def plain_signature(signature: Signature) -> PlainSignature:
@@ -88,8 +96,13 @@ def describe(version: Leased) -> tuple[Any, ...]:
 class EngineOps:
     """The engine's one handler over its manager (ipc/service.py calls it on a lane's thread)."""
 
-    def __init__(self, manager: ModelTable) -> None:
+    def __init__(self, manager: ModelTable, metrics: Metrics | None = None) -> None:
         self.manager = manager
+        #: The engine's own metrics, merged with the front-ends' on a scrape.
+        self.metrics = metrics
+        #: Each front-end's latest metrics (its index -> marshal bytes of a snapshot).
+        self._reports: dict[int, bytes] = {}
+        self._lock = threading.Lock()
 
     def __call__(  # noqa: PLR0911 - one return per operation
         self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
@@ -113,6 +126,8 @@ class EngineOps:
             return None, {}
         if op == "submit":
             return self._submit(args[0]), {}
+        if op in ("report", "metrics"):
+            return self._metrics(op, args[0], inputs)
         raise ServingError(Code.UNIMPLEMENTED, f"the engine has no operation {op!r}")
 
     def _leased_run(
@@ -156,6 +171,23 @@ class EngineOps:
             return tuple(len(result) for result in results), outputs
 
         return self._leased_run(args, deadline, work)
+
+    def _metrics(
+        self, op: str, index: int, inputs: Mapping[str, Tensor]
+    ) -> tuple[Any, Mapping[str, Tensor]]:
+        """A front-end's report of its metrics; on "metrics", the pages of every process."""
+        (report,) = inputs[SNAPSHOT].values
+        with self._lock:
+            self._reports[int(index)] = bytes(report)
+            reports = list(self._reports.values())
+        if op == "report":
+            return None, {}
+        own = [] if self.metrics is None else [self.metrics.snapshot()]
+        ours, tfserving = merge([*own, *(marshal.loads(r) for r in reports)])  # noqa: S302
+        return None, {
+            OURS: Tensor("DT_STRING", (1,), [ours]),
+            TF_SERVING: Tensor("DT_STRING", (1,), [tfserving]),
+        }
 
     def _submit(self, config: bytes) -> tuple[bool, list[str] | str]:
         """Apply a configuration; (applied, the load errors, or why it was not applied)."""

@@ -200,6 +200,7 @@ class Lanes:
         #: Turns an output's memory into its values (the model layer's arrays); None: memoryviews.
         self.wrap = wrap
         self._free: list[Lane] = []
+        self._closed = False
         self._lock = threading.Lock()
         self._turns = Slots(max_lanes)
 
@@ -243,6 +244,8 @@ class Lanes:
 
     def _take(self) -> Lane:
         with self._lock:
+            if self._closed:
+                raise engine_gone()
             if self._free:
                 return self._free.pop()
         try:
@@ -252,11 +255,16 @@ class Lanes:
 
     def _give(self, lane: Lane) -> None:
         with self._lock:
-            self._free.append(lane)
+            if not self._closed:
+                self._free.append(lane)
+                return
+        lane.close()
 
     def close(self) -> None:
-        """Close the free lanes (a call still running closes its own when it ends)."""
+        """Close the free lanes (a call still running closes its own when it ends); later
+        calls are UNAVAILABLE."""
         with self._lock:
+            self._closed = True
             lanes, self._free = self._free, []
         for lane in lanes:
             lane.close()

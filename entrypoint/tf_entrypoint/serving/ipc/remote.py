@@ -19,6 +19,8 @@ When the engine cannot be reached, calls fail UNAVAILABLE with Retry-After
 
 from __future__ import annotations
 
+import contextlib
+import marshal
 import pickle
 import threading
 import time
@@ -29,17 +31,27 @@ from typing import Any
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.deadlines import current_deadline
 from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.servable import Call, Done, Pending
 from tf_entrypoint.serving.core.submission import Submission
 from tf_entrypoint.serving.core.types import Signature, Tensor
-from tf_entrypoint.serving.ipc.engine import STALE, route_args, signature_of
+from tf_entrypoint.serving.ipc.engine import (
+    OURS,
+    SNAPSHOT,
+    STALE,
+    TF_SERVING,
+    route_args,
+    signature_of,
+)
 from tf_entrypoint.serving.ipc.lanes import Lanes
 
 #: Seconds a version's description is used before it is asked for again.
 FRESH = 0.5
 #: The longest a call with no deadline of its own waits for the engine (status, readiness).
-CONTROL_TIMEOUT = 10.0
+CONTROL_TIMEOUT = 2.0
+#: Seconds between a front-end's reports of its metrics to the engine.
+REPORT_EVERY = 1.0
 #: The readiness answer while the engine cannot be reached.
 ENGINE_DOWN = "(the model engine is restarting)"
 
@@ -279,3 +291,34 @@ class RemoteModels:
 
     def close(self) -> None:
         self.lanes.close()
+
+
+class SharedMetrics:
+    """A front-end's side of the one metrics page: its snapshot to the engine every
+    :data:`REPORT_EVERY` seconds, and on a scrape the pages of every process."""
+
+    def __init__(self, lanes: Lanes, metrics: Metrics, index: int) -> None:
+        self.lanes = lanes
+        self.metrics = metrics
+        self.index = index
+        self._stop = threading.Event()
+
+    def _snapshot(self) -> dict[str, Tensor]:
+        data = marshal.dumps(self.metrics.snapshot())
+        return {SNAPSHOT: Tensor("DT_STRING", (1,), [data])}
+
+    def pages(self) -> tuple[bytes, bytes]:
+        """(ours, TF Serving's): this front-end's metrics fresh, the others' as last reported."""
+        _, pages = self.lanes.call("metrics", (self.index,), self._snapshot(), _deadline())
+        return bytes(pages[OURS].values[0]), bytes(pages[TF_SERVING].values[0])
+
+    def start(self) -> None:
+        threading.Thread(target=self._report, name="metrics-report", daemon=True).start()
+
+    def _report(self) -> None:
+        while not self._stop.wait(REPORT_EVERY):
+            with contextlib.suppress(ServingError):  # the engine restarts: next time
+                self.lanes.call("report", (self.index,), self._snapshot(), _deadline())
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -422,16 +422,23 @@ class Endpoints:
 
     async def metrics_page(self, request: Request) -> Response:
         started = time.perf_counter()
-        page = self.metrics.exposition()
+        page = await self._page(self.metrics.exposition)
         self.metrics.observe("metrics", 200, time.perf_counter() - started)
         return Response(page, media_type=self.metrics.content_type)
 
     async def tfserving_page(self, request: Request) -> Response:
         """TF Serving's Prometheus page (--monitoring_config_file)."""
         started = time.perf_counter()
-        page = self.metrics.tfserving.page()
+        page = await self._page(self.metrics.tfserving_page)
         self.metrics.observe("metrics", 200, time.perf_counter() - started)
         return Response(page, media_type=monitoring.CONTENT_TYPE)
+
+    async def _page(self, make: Callable[[], bytes]) -> bytes:
+        """A metrics page: made here, or on a thread when it asks the other processes
+        for theirs (--frontends: a call to the engine never holds the loop)."""
+        if self.metrics.pages is None:
+            return make()
+        return await asyncio.to_thread(make)
 
     def _timed(self, api: str, result: Answer) -> Response:
         self.metrics.observe(api, result.status, 0.0)

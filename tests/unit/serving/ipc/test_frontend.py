@@ -1,0 +1,169 @@
+"""A front-end's transports over an engine (--frontends): the REST app of one front-end
+over ipc/remote.py, the engine's core and ipc/service.py in this process, real sockets
+and memfds between them; the same answers as one process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.unit.serving.helpers import HalfPlusTwo, config, export, serving, wait_ready
+from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.ipc.remote import RemoteModels
+from tf_entrypoint.serving.main import build_core, engine_service, frontend_core
+from tf_entrypoint.serving.rest.app import create_app
+
+
+class Numbered(HalfPlusTwo):
+    """HalfPlusTwo that says which version answered (output `v`)."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.signatures = {
+            **HalfPlusTwo.signatures,
+            "serving_default": p.Signature(
+                {"x": p.TensorSpec("DT_FLOAT", (-1,))},
+                {"y": p.TensorSpec("DT_FLOAT", (-1,)), "v": p.TensorSpec("DT_INT64", (1,))},
+            ),
+        }
+
+    def run(
+        self,
+        name: str,
+        inputs: Mapping[str, p.Tensor],
+        outputs: Sequence[str],
+        *,
+        batch: bool = False,
+    ) -> dict[str, p.Tensor]:
+        answer = super().run(name, inputs, outputs, batch=batch)
+        if name == "serving_default":
+            answer["v"] = p.Tensor("DT_INT64", (1,), [self.version])
+        return {alias: tensor for alias, tensor in answer.items() if alias in outputs}
+
+
+@pytest.fixture
+def engine_and_frontend(tmp_path: Path) -> Iterator[tuple[TestClient, RemoteModels]]:
+    export(tmp_path)
+    conf = config(tmp_path, "--frontends", "2", "--file_system_poll_wait_seconds", "0.1")
+    engine = build_core(conf, loader=lambda directory, version: Numbered(version))
+    service = engine_service(engine, conf, str(tmp_path / "engine.sock"))
+    service.start()
+    engine.start()
+    front = frontend_core(conf, str(tmp_path / "engine.sock"), 0, lambda message: None)
+    try:
+        with TestClient(create_app(front, conf)) as client:
+            wait_ready(client)
+            assert isinstance(front.manager, RemoteModels)
+            yield client, front.manager
+    finally:
+        front.close()
+        service.drain()
+        engine.close()
+
+
+def test_the_front_end_answers_as_one_process_does(
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    front, _ = engine_and_frontend
+    asked = [
+        ("POST", "/v1/models/model:predict", {"instances": [1.0, 2.0]}),
+        ("POST", "/v1/models/model:predict", {"inputs": {"x": [3.0]}}),
+        ("POST", "/v1/models/model:predict", {"signature_name": "broken", "instances": [1.0]}),
+        ("POST", "/v1/models/model:predict", {"instances": ["a"]}),
+        ("POST", "/v1/models/nope:predict", {"instances": [1.0]}),
+        ("POST", "/v1/models/model/versions/7:predict", {"instances": [1.0]}),
+        ("GET", "/v1/models/model", None),
+        ("GET", "/v1/models/model/metadata", None),
+        ("GET", "/v1/models/model/versions/3", None),
+        ("POST", "/v2/models/model/infer",
+         {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}),
+    ]  # fmt: skip
+    got = [front.request(method, path, json=body) for method, path, body in asked]
+    with serving(tmp_path / "one", Numbered(1)) as one:
+        wanted = [one.request(method, path, json=body) for method, path, body in asked]
+    for (_, path, _), mine, theirs in zip(asked, got, wanted, strict=True):
+        assert (mine.status_code, mine.text) == (theirs.status_code, theirs.text), path
+
+
+def test_a_swap_fails_no_request_and_the_new_version_answers(
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    front, models = engine_and_frontend
+    with models.lease(p.Route("predict", "model")) as version:
+        assert version.number == 1
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            answer = front.post("/v1/models/model:predict", json={"instances": [1.0]})
+            if answer.status_code != 200:
+                failures.append(answer.text)
+
+    clients = [threading.Thread(target=load) for _ in range(4)]
+    for client in clients:
+        client.start()
+    export(tmp_path, version=2)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = {s["version"]: s["state"] for s in front.get("/v1/models/model").json()[
+            "model_version_status"]}  # fmt: skip
+        if states == {"2": "AVAILABLE", "1": "END"}:
+            break
+        time.sleep(0.05)
+    stop.set()
+    for client in clients:
+        client.join()
+    assert states == {"2": "AVAILABLE", "1": "END"}
+    assert failures == []
+    # A lease taken before the swap still runs: on the new version, which it reports.
+    answer = front.post("/v1/models/model:predict", json={"inputs": {"x": [1.0]}})
+    assert answer.json() == {"outputs": {"y": [2.5], "v": [2]}}
+
+
+def test_a_lease_from_before_a_swap_runs_on_the_new_version(
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    _, models = engine_and_frontend
+    route = p.Route("predict", "model")
+    with models.lease(route) as version:
+        assert version.number == 1
+        export(tmp_path, version=2)
+        deadline = time.monotonic() + 10
+        while [s.state for s in models.status(route)] != ["AVAILABLE", "END"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        servable = version.servable
+        assert servable is not None
+        x = p.Tensor("DT_FLOAT", (1,), [4.0])
+        outputs = servable.run("serving_default", {"x": x}, ["y", "v"])
+        assert list(outputs["v"].values) == [2]  # stale, retried on version 2
+        assert version.number == 2
+
+
+def test_the_metrics_page_has_every_process(
+    engine_and_frontend: tuple[TestClient, RemoteModels],
+) -> None:
+    front, _ = engine_and_frontend
+    front.post("/v1/models/model:predict", json={"instances": [1.0]})
+    page = front.get("/metrics").text
+    # the engine's (it loaded the version) and the front-end's own (it answered the predict)
+    assert 'serving_model_loads_total{model="model",result="success"} 1.0' in page
+    assert 'serving_requests_total{api="predict",code="200",model="model",protocol="v1"}' in page
+    assert "serving_workers 2.0" in page  # the front-end's threads; the engine's count none
+
+
+def test_an_engine_that_is_gone_makes_the_front_end_unready(
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    front, models = engine_and_frontend
+    models.lanes.close()  # as if the engine were gone: every call is UNAVAILABLE
+    assert front.get("/readyz").status_code == 503
+    answer = front.post("/v1/models/model:predict", json={"instances": [1.0]})
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
