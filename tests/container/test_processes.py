@@ -47,6 +47,7 @@ def processes(server: Server) -> dict[int, str]:
          "        except OSError: pass"]
     )  # fmt: skip
     assert listed.exit_code == 0, listed.output
+    assert isinstance(listed.output, bytes)
     rows = (line.partition(" ") for line in listed.output.decode().splitlines())
     # (a command line with newlines in it, as this probe's own, continues on the next lines)
     return {int(pid): command for pid, _, command in rows if pid.isdigit()}
@@ -70,6 +71,7 @@ def predicts(server: Server, count: int = 20) -> list[int]:
 def open_descriptors(server: Server, pid: int) -> int:
     listed = server.container.exec_run(["ls", f"/proc/{pid}/fd"])
     assert listed.exit_code == 0, listed.output
+    assert isinstance(listed.output, bytes)
     return len(listed.output.split())
 
 
@@ -86,9 +88,12 @@ def test_a_supervisor_an_engine_and_the_front_ends_serve_together(servers: Serve
         assert grpc["outputs"]["y"] == [2.0], grpc
         # One page of metrics for all: the engine's load and the front-ends' requests.
         assert server.metric("serving_model_loads_total", model="plus", result="success") == 1
-        served = lambda: server.metric(  # noqa: E731
-            "serving_requests_total", api="predict", code="200", model="plus", protocol="v1"
-        )
+
+        def served() -> float:
+            return server.metric(
+                "serving_requests_total", api="predict", code="200", model="plus", protocol="v1"
+            )
+
         assert poll(lambda: served() >= 20, 10, 0.2), served()
 
 
