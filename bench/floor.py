@@ -1,6 +1,7 @@
 """The floors of issue 24: the least a Python server can do per predict (runs in the image).
 
     python -m bench.floor rest MODEL [MODEL...]           # REST on 8501
+    python -m bench.floor rest-workers N MODEL [MODEL...] # the same in N processes, a copy each
     python -m bench.floor grpc-aio MODEL [MODEL...]       # gRPC on 8500, grpc.aio
     python -m bench.floor grpc-threaded MODEL [MODEL...]  # gRPC on 8500, grpc.server
     python -m bench.floor calls MODEL [MODEL...]          # the model call alone, in process
@@ -39,6 +40,8 @@ import asyncio
 import functools
 import importlib
 import json
+import os
+import socket
 import statistics
 import sys
 import time
@@ -172,13 +175,13 @@ def rest_app(models: dict[str, Model]) -> Any:
     return app
 
 
-def serve_rest(models: dict[str, Model]) -> None:
+def serve_rest(models: dict[str, Model], sock: socket.socket | None = None) -> None:
     import uvicorn  # noqa: PLC0415
 
     config = uvicorn.Config(
         rest_app(models),
         host="0.0.0.0",  # noqa: S104 - the container's own namespace
-        port=REST_PORT,
+        port=int(os.environ.get("FLOOR_REST_PORT", REST_PORT)),
         loop="uvloop",
         http="httptools",
         lifespan="off",
@@ -188,7 +191,7 @@ def serve_rest(models: dict[str, Model]) -> None:
     server = uvicorn.Server(config)
 
     async def run() -> None:
-        task = asyncio.ensure_future(server.serve())
+        task = asyncio.ensure_future(server.serve(sockets=None if sock is None else [sock]))
         while not server.started:
             await asyncio.sleep(0.05)
         print("floor ready", flush=True)
@@ -315,7 +318,31 @@ def calls(names: list[str], rounds: int, seconds: float) -> dict[str, Any]:
     return result
 
 
+def serve_rest_workers(names: list[str], workers: int) -> None:
+    """The REST floor in `workers` processes, as `uvicorn --workers N` runs an app: each
+    loads its own copy of the models (forked after importing TensorFlow, before any
+    Session) and listens on the port with SO_REUSEPORT."""
+    import tensorflow  # noqa: F401, PLC0415 - imported once, before the fork
+
+    port = int(os.environ.get("FLOOR_REST_PORT", REST_PORT))
+    children = []
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:
+            break
+        children.append(pid)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("0.0.0.0", port))  # noqa: S104 - the container's own namespace
+    sock.listen(2048)
+    serve_rest(load(names), sock)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "rest-workers":
+        serve_rest_workers(argv[2:], int(argv[1]))
+        return 0
     if len(argv) < 2 or argv[0] not in {"rest", "grpc-aio", "grpc-threaded", "calls"}:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 64

@@ -742,6 +742,35 @@ def workers_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def processes_markdown(data: dict[str, Any]) -> list[str]:
+    """Per (protocol, request): each arm's req/s, CPUs used, p50/p99 and memory; the ratios."""
+    lines = [
+        "| protocol | request | arm | req/s | CPUs used | p50 | p99 | memory idle / loaded |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ratios = []
+    single: dict[str, float] = {}
+    for cell in data["cells"]:
+        if cell.get("connections") == 1:
+            single = {k: v for k, v in cell.items() if k != "connections"}
+            continue
+        for arm, m in cell.items():
+            if isinstance(m, dict):
+                lines.append(
+                    f"| {cell['protocol']} | {cell['request']} | {arm} | {num(m['rps'])} "
+                    f"| {m['cpus']:.2f} | {m['p50_ms']:.2f} ms | {m['p99_ms']:.2f} ms "
+                    f"| {m['idle_memory_mb']:.0f} / {m['memory_mb']:.0f} MB |"
+                )
+            elif " / " in arm:
+                ratios.append(f"{cell['protocol']} {cell['request']}: {arm} = {m}x")
+    if ratios:
+        lines += ["", "Ratios of req/s: " + "; ".join(ratios) + "."]
+    if single:
+        shown = ", ".join(f"{arm} {p50:.3f} ms" for arm, p50 in single.items())
+        lines += ["", f"p50 at one connection (REST): {shown}."]
+    return lines
+
+
 def app_cost_markdown(data: dict[str, Any]) -> list[str]:
     return [
         "| the server's app | a bare ASGI app | the server's own Python |",
@@ -787,6 +816,7 @@ SECTIONS: dict[str, Any] = {
     "grpc": grpc_markdown,
     "batching": batching_markdown,
     "workers": workers_markdown,
+    "processes": processes_markdown,
     "cost": _module_table("cost"),
     "profiles": profiles_markdown,
     "app_cost": app_cost_markdown,

@@ -175,6 +175,11 @@ def _workers(ctx: Context, config: Any) -> dict[str, Any]:
     return result
 
 
+def _processes(ctx: Context, config: Any) -> dict[str, Any]:
+    result: dict[str, Any] = _module("processes").run_processes(ctx.image, config)
+    return result
+
+
 def _cost(ctx: Context, config: Any) -> dict[str, Any]:
     result: dict[str, Any] = _module("cost").run(ctx.image, config)
     return result
@@ -346,6 +351,11 @@ def _scenarios() -> tuple[Scenario, ...]:
         "serving_workers", "WorkersConfig", cpus=("1",), workers=(1,), batches=(1,),
         concurrency=2, seconds=0.5, warmup=0.2,
     )  # fmt: skip
+    processes_full, processes_quick = _config(
+        # REST alone: gRPC's load generator (h2load) is not on every machine the smoke runs on.
+        "processes", "ProcessesConfig", arms=("one@2", "frontends@2"), requests=("hp2-1",),
+        protocols=("rest",), seconds=1, warmup=0.5, repetitions=1, single=0.5,
+    )  # fmt: skip
     cost_full, cost_quick = _module("cost").CostConfig(), _module("cost").QUICK
     v2_full, v2_quick = _module("v2_cost").V2Config(), _module("v2_cost").QUICK
     session_full, session_quick = (
@@ -503,6 +513,33 @@ def _scenarios() -> tuple[Scenario, ...]:
             measure=_workers,
             cells=lambda c: {(cpus, w, b) for cpus in c.cpus for w in c.workers for b in c.batches},
             found=lambda r: {(x["cpus"], x["workers"], x["batch"]) for x in r["runs"]},
+        ),
+        Scenario(
+            name="processes",
+            title="Every CPU the container is given: front-end processes over one engine",
+            shows="req/s, CPUs used, p50/p99 and memory of the server as one process and "
+            "with --frontends, against the raw-ASGI floor in as many processes (a model "
+            "copy each), per CPU limit, request size and protocol; p50 at one connection",
+            models=("half_plus_two", "mlp"),
+            protocol="REST (wrk) and gRPC (h2load)",
+            connections=(32, 1),
+            arms=("one@1", "one@2", "frontends@2", "floor@2"),
+            windows="10 s timed after 2 s warm-up per cell, arms in turn, 2 repetitions",
+            config=processes_full,
+            quick=processes_quick,
+            measure=_processes,
+            cells=lambda c: {
+                (arm, protocol, kind)
+                for arm in c.arms
+                for protocol in c.protocols
+                for kind in c.requests
+                if not (protocol == "grpc" and arm.startswith("floor"))
+            },
+            found=lambda r: {
+                (x["arm"], x["protocol"], x["request"])
+                for x in r["runs"]
+                if x.get("connections") != 1
+            },
         ),
         Scenario(
             name="cost",

@@ -240,6 +240,20 @@ def test_workers_answer_every_cell(quick_run: Path) -> None:
         assert all(_number(run[k]) for k in ("rps", "p50_ms", "p99_ms"))
 
 
+def test_processes_every_arm_answered_and_was_measured(quick_run: Path) -> None:
+    data = _results(quick_run, "processes")
+    assert {run["arm"] for run in data["runs"]} == {"one@2", "frontends@2"}
+    for run in data["runs"]:
+        assert run["errors"] == 0, run
+        assert run["requests"] > 0, run
+        assert all(_number(run[k]) for k in ("rps", "cpus", "p50_ms", "memory_mb")), run
+        assert run["idle_memory_mb"] > 0, run
+    assert {run["protocol"] for run in data["runs"]} == {"rest"}  # the quick run's
+    assert [run for run in data["runs"] if run.get("connections") == 1]
+    (rest,) = [c for c in data["cells"] if c.get("protocol") == "rest"]
+    assert _number(rest["frontends@2 / one@2"])
+
+
 # --- cost, profiles, app_cost, v2 ------------------------------------------------------
 
 

@@ -494,9 +494,10 @@ def engine_service(core: ServingCore, config: ServeConfig, path: str) -> Transpo
     return EngineService(path, EngineOps(core.manager, core.metrics), max_lanes=lanes)
 
 
-#: A front-end's lanes beyond its request threads: the loops' calls (status,
-#: readiness, metadata), the metrics report, a reload.
-FRONTEND_EXTRA_LANES = 4
+#: A front-end's lanes beyond its request threads: short calls run on the two
+#: transports' loops (core/admission.py), the loops' own calls (status,
+#: readiness, metadata), the metrics report, reloads.
+FRONTEND_EXTRA_LANES = 8
 
 
 def frontend_main(config: ServeConfig, path: str, index: int) -> int:
@@ -537,7 +538,10 @@ def frontend_core(
     return ServingCore(
         RemoteModels(lanes),
         metrics,
-        InferencePool(threads, config.max_queue, metrics, inline=False),
+        # Short calls run on the transport's loop (core/admission.py): a front-end's
+        # engine call is a blocking round trip, and a hop to a worker thread and back
+        # cost as much again (p50 at one connection: docs/benchmarks.md).
+        InferencePool(threads, config.max_queue, metrics, inline=True),
         RequestLimits.of(config.max_body_bytes, config.workers),
         manage_models=lambda stop, on_fatal: None,
         on_fatal=on_fatal,

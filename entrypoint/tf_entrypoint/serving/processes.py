@@ -148,8 +148,8 @@ class Supervisor:
         except OSError as err:
             log.error("%s; exiting", err)
             return 1
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
         try:
             self._fork("engine", 0)
             for index in range(self.config.frontends):
@@ -158,6 +158,8 @@ class Supervisor:
         finally:
             self._stop_all()
             shutil.rmtree(self.runtime, ignore_errors=True)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _watch(self) -> int:
         while self._signal is None:

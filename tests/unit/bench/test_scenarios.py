@@ -47,7 +47,7 @@ def test_the_scenarios_the_issue_names_are_all_there() -> None:
     assert {
         "sweep", "overhead", "startup", "serving", "swap", "grpc", "batching", "workers",
         "cost", "profiles", "app_cost", "v2", "session_call", "request_memory", "soak",
-        "object_store", "before_after",
+        "object_store", "before_after", "processes",
     } == set(BY_NAME)  # fmt: skip
 
 
