@@ -9,7 +9,11 @@ core's manager thread, and waits for a signal; logging, signals, exit code.
 
 One process, one event loop, `workers` inference threads: the model is
 loaded once and TensorFlow's process-wide thread pools are shared, so the
-whole server stays within the CPU budget the entrypoint planned for.
+whole server stays within the CPU budget the entrypoint planned for. With
+--frontends N > 1 it is a supervisor instead (serving/processes.py), whose
+children run the same serving loop (`_serve`): one engine (`engine_main`:
+the core, no transport) and N front-ends (`frontend_main`: the transports
+over the engine's models, ipc/remote.py).
 
 SIGTERM (docker stop, Kubernetes) or SIGINT: /readyz turns 503, the listening
 sockets close, idle keep-alive connections close, requests in flight get
