@@ -202,14 +202,19 @@ def _floats_fast(instances: list[Any], spec: TensorSpec) -> Tensor | None:
     if found is None:
         return None
     flat, shape = found
-    try:
-        doubles = array.array("d", flat)
-    except OverflowError:  # an integer beyond a double: the general reader's message
-        return None
     limit = _FAST_FLOATS_MAX[spec.dtype]
-    if not -limit <= min(doubles) <= max(doubles) <= limit:  # NaN and inf fail too
+    # On the Python numbers, not on an array of them (which makes a float object of
+    # each value it compares): an integer is compared exactly, so one that float()
+    # would round into the range goes to the general reader, which stores the same.
+    if not -limit <= min(flat) <= max(flat) <= limit:  # inf fails, NaN when it comes first
         return None
-    return Tensor(spec.dtype, shape, doubles if typecode == "d" else array.array(typecode, doubles))
+    try:
+        if math.isnan(sum(flat)):  # a NaN after the first value, which min and max pass over
+            return None
+        values = array.array(typecode, flat)  # each value rounded once, as float() rounds it
+    except OverflowError:  # integers whose sum is beyond a double: the general reader
+        return None
+    return Tensor(spec.dtype, shape, values)
 
 
 def _flat_numbers(instances: list[Any]) -> tuple[list[Any], tuple[int, ...]] | None:
