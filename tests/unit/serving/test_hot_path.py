@@ -282,6 +282,16 @@ FAST_CASES: list[list[Any]] = [
     [float("inf")],
     [1e39],  # beyond float32: refused there
     [-3.4028234663852886e38, 3.4028234663852886e38],
+    [340282346638528859811704183484516925440, 1],  # float32's largest, as an integer
+    [340282346638528859811704183484516925441, 1],  # beyond it, but float() rounds it in
+    [2**128, -(2**128)],
+    [2**1023, 1.0],
+    [2**1024 - 2**970 - 1, 1.0],  # beyond a double, but float() rounds it in
+    [10**400, 1.0],  # beyond a double: refused there
+    [2**1023, 2**1023],  # each within a double, their sum not
+    [[1, 2], [3, 4.5]],
+    [float("nan")] * 3,
+    [1.0, float("nan"), 0.5],
     [[1.0], [2.0, 3.0]],  # ragged: refused there
     [[[1.0]]],  # deeper
     [[]],

@@ -19,7 +19,7 @@ import array
 import base64
 import itertools
 import math
-from collections.abc import Iterator, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,7 +29,9 @@ from tf_entrypoint.serving.codec.json_values import (
     Converter,
     converter,
     encode,
+    encode_numbers,
     is_named_object,
+    plain_key,
 )
 from tf_entrypoint.serving.core.errors import ServingError, invalid_argument
 from tf_entrypoint.serving.core.types import (
@@ -200,14 +202,19 @@ def _floats_fast(instances: list[Any], spec: TensorSpec) -> Tensor | None:
     if found is None:
         return None
     flat, shape = found
-    try:
-        doubles = array.array("d", flat)
-    except OverflowError:  # an integer beyond a double: the general reader's message
-        return None
     limit = _FAST_FLOATS_MAX[spec.dtype]
-    if not -limit <= min(doubles) <= max(doubles) <= limit:  # NaN and inf fail too
+    # On the Python numbers, not on an array of them (which makes a float object of
+    # each value it compares): an integer is compared exactly, so one that float()
+    # would round into the range goes to the general reader, which stores the same.
+    if not -limit <= min(flat) <= max(flat) <= limit:  # inf fails, NaN when it comes first
         return None
-    return Tensor(spec.dtype, shape, doubles if typecode == "d" else array.array(typecode, doubles))
+    try:
+        if math.isnan(sum(flat)):  # a NaN after the first value, which min and max pass over
+            return None
+        values = array.array(typecode, flat)  # each value rounded once, as float() rounds it
+    except OverflowError:  # integers whose sum is beyond a double: the general reader
+        return None
+    return Tensor(spec.dtype, shape, values)
 
 
 def _flat_numbers(instances: list[Any]) -> tuple[list[Any], tuple[int, ...]] | None:
@@ -423,9 +430,22 @@ def _step(*tensors: Tensor) -> int:
     return max(1, JSON_VALUES // max(1, sum(math.prod(t.shape[1:]) for t in tensors)))
 
 
-def _json_list(pieces: Iterator[Any]) -> bytes:
+def _json_list(pieces: Iterator[Any], write: Callable[[Any], bytes] = encode) -> bytes:
     """A JSON array of the items of the lists `pieces` yields, written one piece at a time."""
-    return b"[" + b",".join(encode(piece)[1:-1] for piece in pieces if piece) + b"]"
+    return b"[" + b",".join(write(piece)[1:-1] for piece in pieces if piece) + b"]"
+
+
+#: Output dtypes whose JSON values are numbers or bools: every one written but strings.
+_NUMBER_DTYPES = WRITTEN_DTYPES - {"DT_STRING"}
+
+
+def _writer(outputs: Mapping[str, Tensor]) -> Callable[[Any], bytes]:
+    """How the answer's JSON is written: :func:`encode_numbers` (orjson, where it
+    writes json's bytes) when every output is numbers and every name a plain key,
+    else :func:`encode`."""
+    if all(t.dtype in _NUMBER_DTYPES for t in outputs.values()) and all(map(plain_key, outputs)):
+        return encode_numbers
+    return encode
 
 
 def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -> bytes:
@@ -436,19 +456,21 @@ def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -
     model's outputs is its text and one chunk's objects, not a Python object
     per value (a float and its pointer, and a list per row, a dict per row in
     the row format with several outputs). Same checks and errors as
-    :func:`predict_response`.
+    :func:`predict_response`; the same bytes, written by orjson where it
+    writes them (:func:`_writer`).
     """
     check_json_outputs(outputs)
+    write = _writer(outputs)
     if sum(len(tensor.values) for tensor in outputs.values()) <= JSON_VALUES:
-        return encode(predict_response(request_format, outputs))  # one chunk: no chunking
+        return write(predict_response(request_format, outputs))  # one chunk: no chunking
     names = sorted(outputs)
     if request_format == "columnar":
 
         def column(name: str) -> bytes:
             tensor = outputs[name]
             if not tensor.shape:
-                return encode(nest(_json_leaves(name, tensor), ()))
-            return _json_list(_row_chunks(name, tensor, _step(tensor)))
+                return write(nest(_json_leaves(name, tensor), ()))
+            return _json_list(_row_chunks(name, tensor, _step(tensor)), write)
 
         if len(names) == 1:
             return b'{"outputs":' + column(names[0]) + b"}"
@@ -457,15 +479,16 @@ def predict_json(request_format: RequestFormat, outputs: Mapping[str, Tensor]) -
     _batch_size(names, outputs)
     if len(names) == 1:
         tensor = outputs[names[0]]
-        return b'{"predictions":' + _json_list(_row_chunks(names[0], tensor, _step(tensor))) + b"}"
+        rows = _row_chunks(names[0], tensor, _step(tensor))
+        return b'{"predictions":' + _json_list(rows, write) + b"}"
     step = _step(*outputs.values())
     chunks = zip(*(_row_chunks(name, outputs[name], step) for name in names), strict=True)
-    rows = (
+    objects = (
         [{name: chunk[row] for name, chunk in zip(names, parts, strict=True)}
          for row in range(len(parts[0]))]
         for parts in chunks
     )  # fmt: skip
-    return b'{"predictions":' + _json_list(rows) + b"}"
+    return b'{"predictions":' + _json_list(objects, write) + b"}"
 
 
 def _batch_size(names: Sequence[str], outputs: Mapping[str, Tensor]) -> int:
