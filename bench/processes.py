@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import NAMES, docker, log, now_iso, run_container
+from bench.common import LOAD_MOUNTS, NAMES, docker, log, now_iso, run_container
 from bench.serving import WRK_SCRIPT, choose_client, export_models, http, python_client, wrk
 from harness.stats import median, percentile
 
@@ -121,8 +121,7 @@ class Arm:
         run = ["run", "-d", "--name", self.name, "--network", "host", "--cpus", cpus,
                "-v", f"{models}:/models:ro"]  # fmt: skip
         if kind == "floor":
-            run += ["-e", f"FLOOR_REST_PORT={self.rest_port}", "-v",
-                    f"{Path(__file__).parent}:/bench/bench:ro", "-w", "/bench",
+            run += ["-e", f"FLOOR_REST_PORT={self.rest_port}", *LOAD_MOUNTS,
                     "--entrypoint", "python", image, "-m", "bench.floor", "rest-workers", cpus,
                     *MODELS]  # fmt: skip
         else:
