@@ -18,6 +18,7 @@ from a sidecar in its network namespace (harness/clients.py).
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -34,6 +35,10 @@ from harness.docker import Containers, metric_value, poll, remove
 from harness.models import ModelLibrary
 
 READY_TIMEOUT = 180.0
+#: Set to N: every server the harness starts runs N front-ends over one engine
+#: (SERVE_FRONTENDS, unless its spec sets it) under at least N CPUs, to run the
+#: container tier in that shape (docs/development.md).
+FRONTENDS_SWITCH = "TF_ENTRYPOINT_TEST_FRONTENDS"
 #: TF Serving's binary name in the image (our server, for platforms that replace the ENTRYPOINT).
 MODEL_SERVER = "/usr/bin/tensorflow_model_server"
 
@@ -181,15 +186,21 @@ def started(
     options: dict[str, Any] = dict(spec.options)
     if spec.entrypoint:
         options["entrypoint"] = list(spec.entrypoint)
-    if spec.env:
-        options["environment"] = dict(spec.env)
+    environment = dict(spec.env)
+    cpus = spec.cpus
+    frontends = os.environ.get(FRONTENDS_SWITCH, "")
+    if frontends and "SERVE_FRONTENDS" not in environment:  # the whole tier in that shape
+        environment["SERVE_FRONTENDS"] = frontends
+        cpus = max(cpus, float(frontends))
+    if environment:
+        options["environment"] = environment
     ports = {f"{spec.rest_port}/tcp": ("127.0.0.1", None)}
     if spec.publish_grpc:
         ports["8500/tcp"] = ("127.0.0.1", None)
     container = containers.start(
         list(spec.args),
         volumes={**volumes, **extra},
-        nano_cpus=int(spec.cpus * 1e9),
+        nano_cpus=int(cpus * 1e9),
         ports=ports,
         **options,
     )

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tf_entrypoint.serving.codec import metadata
 from tf_entrypoint.serving.config import ServeConfig, ShowText, UsageError, parse_config
@@ -61,6 +61,9 @@ from tf_entrypoint.serving.core.model_specs import describe_policy
 from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.servable import Capture, Loader, Profiler, Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
+
+if TYPE_CHECKING:
+    from tf_entrypoint.serving.ipc.board import Board
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -477,25 +480,34 @@ def _import_for_children(config: ServeConfig) -> None:
     gc.freeze()
 
 
-def engine_main(config: ServeConfig, path: str) -> int:
+def engine_main(config: ServeConfig, path: str, board: Board) -> int:
     """The engine process (serving/processes.py): the core, answering the front-ends on `path`."""
     return _serve(
         replace(config, rest_port=0, grpc_port=0, grpc_socket_path=None),
         lambda on_fatal: build_core(config, on_fatal=on_fatal),
-        lambda core, config, on_fatal: [engine_service(core, config, path)],
+        lambda core, config, on_fatal: [engine_service(core, config, path, board)],
     )
 
 
-def engine_service(core: ServingCore, config: ServeConfig, path: str) -> Transport:
-    """The engine's side of the engine call (ipc/service.py) over `core`, on `path`."""
+def engine_service(
+    core: ServingCore, config: ServeConfig, path: str, board: Board | None = None
+) -> Transport:
+    """The engine's side of the engine call (ipc/service.py) over `core`, on `path`;
+    it announces its model table's generation on `board` (ipc/board.py)."""
     from tf_entrypoint.serving.ipc.engine import EngineOps  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.service import EngineService  # noqa: PLC0415
+
+    manager = core.manager
+    if board is not None and isinstance(manager, Manager):
+        pid = os.getpid()
+        manager.changed = lambda generation: board.publish(pid, generation)
+        board.publish(pid, manager.generation)
 
     lanes = (request_threads(config) + FRONTEND_EXTRA_LANES) * config.frontends + 8
     # The server's request threads and admission are the front-ends' (their gauges add up).
     core.metrics.workers.set(0)
     core.metrics.max_queue.set(0)
-    return EngineService(path, EngineOps(core.manager, core.metrics), max_lanes=lanes)
+    return EngineService(path, EngineOps(manager, core.metrics, board), max_lanes=lanes)
 
 
 #: A front-end's lanes beyond its request threads: short calls run on the two
@@ -504,13 +516,15 @@ def engine_service(core: ServingCore, config: ServeConfig, path: str) -> Transpo
 FRONTEND_EXTRA_LANES = 8
 
 
-def frontend_main(config: ServeConfig, path: str, index: int) -> int:
+def frontend_main(config: ServeConfig, path: str, index: int, board: Board) -> int:
     """One front-end process (serving/processes.py): REST and gRPC over the engine at `path`."""
     from tf_entrypoint.serving.model.servable import output_values  # noqa: PLC0415
 
     return _serve(
         config,
-        lambda on_fatal: frontend_core(config, path, index, on_fatal, output_values),
+        lambda on_fatal: frontend_core(
+            config, path, index, on_fatal, wrap=output_values, board=board
+        ),
         _transports,
     )
 
@@ -520,11 +534,14 @@ def frontend_core(
     path: str,
     index: int,
     on_fatal: Callable[[str], None],
+    *,
     wrap: Callable[[str, tuple[int, ...], memoryview], object] | None = None,
+    board: Board | None = None,
 ) -> ServingCore:
     """A front-end's core: its own metrics, workers and limits over the engine's models.
 
-    `wrap` makes an output's values from its bytes (the model layer's arrays).
+    `wrap` makes an output's values from its bytes (the model layer's arrays);
+    `board` is where the engine announces (ipc/board.py).
     """
     from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.remote import RemoteModels, SharedMetrics  # noqa: PLC0415
@@ -536,11 +553,11 @@ def frontend_core(
         metrics.add_model(name)
     threads = request_threads(config)
     lanes = Lanes(path, threads + FRONTEND_EXTRA_LANES, wrap=wrap)
-    shared = SharedMetrics(lanes, metrics, index)
+    shared = SharedMetrics(lanes, metrics, index, board)
     metrics.pages = shared.pages
     shared.start()
     return ServingCore(
-        RemoteModels(lanes),
+        RemoteModels(lanes, board),
         metrics,
         # Short calls run on the transport's loop (core/admission.py): a front-end's
         # engine call is a blocking round trip, and a hop to a worker thread and back

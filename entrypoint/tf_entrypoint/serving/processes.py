@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core.drain import EXIT_MARGIN
+from tf_entrypoint.serving.ipc.board import Board
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -54,10 +55,11 @@ RESTART_WINDOW = 60.0
 #: How often the supervisor looks at its children.
 POLL = 0.1
 
-#: Runs the engine in a forked child: (config, engine socket path) -> exit code.
-EngineMain = Callable[[ServeConfig, str], int]
-#: Runs one front-end in a forked child: (config, engine socket path, index) -> exit code.
-FrontendMain = Callable[[ServeConfig, str, int], int]
+#: Runs the engine in a forked child: (config, engine socket path, the board) -> exit code.
+EngineMain = Callable[[ServeConfig, str, Board], int]
+#: Runs one front-end in a forked child: (config, engine socket path, index, the board)
+#: -> exit code.
+FrontendMain = Callable[[ServeConfig, str, int, Board], int]
 
 
 @dataclass
@@ -104,6 +106,9 @@ class Supervisor:
         self._frontend_main = frontend
         self.runtime = tempfile.mkdtemp(prefix="tf-entrypoint-")  # 0700: ours alone
         self.path = os.path.join(self.runtime, "engine.sock")
+        #: The page the engine announces on (ipc/board.py), mapped before the forks so
+        #: every child, a restarted one too, shares it.
+        self.board = Board.create()
         self.children: dict[int, Child] = {}
         self._deaths: list[float] = []
         self._signal: int | None = None
@@ -117,10 +122,10 @@ class Supervisor:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)
                 if role == "engine":
-                    code = self._engine_main(self.config, self.path)
+                    code = self._engine_main(self.config, self.path, self.board)
                 else:
                     code = self._frontend_main(
-                        frontend_config(self.config, index), self.path, index
+                        frontend_config(self.config, index), self.path, index, self.board
                     )
             except BaseException as err:
                 log.error("%s %d failed: %s", role, index, err, exc_info=err)

@@ -53,8 +53,10 @@ def expired_error() -> ServingError:
     return ServingError(Code.DEADLINE_EXCEEDED, expired_text())
 
 
-def expired_text() -> str:
-    expired: str = getattr(_local, "expired", "") or QUEUED_TOO_LONG
+def expired_text(default: str = QUEUED_TOO_LONG) -> str:
+    """The calling request's words for its timeout (run_with_deadline's `expired`), else
+    `default`."""
+    expired: str = getattr(_local, "expired", "") or default
     return expired
 
 

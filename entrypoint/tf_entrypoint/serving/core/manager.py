@@ -111,6 +111,7 @@ class Manager(Models):
                             finished.append(version)
             self._models = models
             self.config = config
+            self._bump()
         for note in notes:  # logging is I/O: never under the lock requests take
             log.info("%s", note)
         for model, version in retired:
@@ -342,6 +343,7 @@ class Manager(Models):
             version.error = ""  # a retry that succeeded
             model.serving = tuple(sorted((*model.serving, version), key=lambda v: v.number))
             model.counts_for_readiness = True
+            self._bump()
             numbers = [v.number for v in model.serving]
         self._events.version_loaded(name, seconds, servable.warmup_records)
         # Time replaying TF Serving's warm-up file; None without one (optional:
@@ -371,6 +373,7 @@ class Manager(Models):
         """Retire `version` (lock held): no new requests; True when none is running."""
         version.state = UNLOADING
         model.serving = tuple(v for v in model.serving if v is not version)
+        self._bump()
         self._events.versions_available(model.spec.name, [v.number for v in model.serving])
         return version.in_flight == 0
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -170,6 +170,18 @@ class Models:
         self._collect = False
         #: Every model of the start-up configuration has served a version (see _starting).
         self._up = False
+        #: Bumped on every change a request can see (a version available or unloading, a
+        #: new configuration); `changed` is told the new value (the engine of several
+        #: processes announces it to the front-ends: ipc/board.py).
+        self.generation = 0
+        self.changed: Callable[[int], None] | None = None
+
+    def _bump(self) -> None:
+        """The table changed: a new generation (called with the lock held, or after)."""
+        self.generation += 1
+        changed = self.changed
+        if changed is not None:
+            changed(self.generation)
 
     # ------------------------------------------------------------------
     # The request side

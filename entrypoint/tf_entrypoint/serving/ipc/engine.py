@@ -25,6 +25,7 @@ from __future__ import annotations
 import marshal
 import pickle
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from tf_entrypoint.serving.core.metrics_merge import merge
 from tf_entrypoint.serving.core.models import Leased, ModelTable
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.types import Signature, Tensor, TensorSpec
+from tf_entrypoint.serving.ipc.board import Board
 
 #: A Signature as plain data: ((alias, dtype, shape, tensor name), ...) twice, and the method.
 PlainSignature = tuple[
@@ -43,6 +45,10 @@ PlainSignature = tuple[
 ]
 
 STALE = "stale"
+#: The longest a scrape waits for the other front-ends' metrics.
+FRESH_REPORTS = 0.5
+#: A front-end whose last report is older than this is not waited for (it died).
+LIVE = 3.0
 #: The tensors of the metrics operations: a snapshot in, the two pages out.
 SNAPSHOT, OURS, TF_SERVING = "snapshot", "ours", "tfserving"
 
@@ -96,13 +102,18 @@ def describe(version: Leased) -> tuple[Any, ...]:
 class EngineOps:
     """The engine's one handler over its manager (ipc/service.py calls it on a lane's thread)."""
 
-    def __init__(self, manager: ModelTable, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, manager: ModelTable, metrics: Metrics | None = None, board: Board | None = None
+    ) -> None:
         self.manager = manager
         #: The engine's own metrics, merged with the front-ends' on a scrape.
         self.metrics = metrics
-        #: Each front-end's latest metrics (its index -> marshal bytes of a snapshot).
-        self._reports: dict[int, bytes] = {}
-        self._lock = threading.Lock()
+        #: Where it asks the front-ends for their metrics (ipc/board.py).
+        self.board = board
+        #: Each front-end's latest metrics: index -> (the ask it answered, when, marshal
+        #: bytes of a snapshot).
+        self._reports: dict[int, tuple[int, float, bytes]] = {}
+        self._reported = threading.Condition()
 
     def __call__(  # noqa: PLR0911 - one return per operation
         self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
@@ -127,27 +138,27 @@ class EngineOps:
         if op == "submit":
             return self._submit(args[0]), {}
         if op in ("report", "metrics"):
-            return self._metrics(op, args[0], inputs)
+            return self._metrics(op, args, inputs)
         raise ServingError(Code.UNIMPLEMENTED, f"the engine has no operation {op!r}")
 
     def _leased_run(
         self, args: tuple[Any, ...], deadline: float | None, work: Any
     ) -> tuple[Any, Mapping[str, Tensor]]:
-        number, load_id = args[4], args[5]
+        number, load_id, expired = args[4], args[5], args[6]
         with self.manager.lease(route_of(args)) as version:
             if (version.number, id(version)) != (number, load_id):
                 return (STALE, describe(version)), {}
             servable = version.servable
             assert servable is not None  # noqa: S101 - leased versions are AVAILABLE
             answer: tuple[Any, Mapping[str, Tensor]] = run_with_deadline(
-                deadline, lambda: work(servable)
+                deadline, lambda: work(servable), expired
             )
             return answer
 
     def _run(
         self, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
     ) -> tuple[Any, Mapping[str, Tensor]]:
-        name, wanted, batch = args[6], args[7], args[8]
+        name, wanted, batch = args[7], args[8], args[9]
 
         def work(servable: Servable) -> tuple[Any, Mapping[str, Tensor]]:
             return None, servable.run(name, inputs, wanted, batch=batch)
@@ -157,7 +168,7 @@ class EngineOps:
     def _run_many(
         self, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None
     ) -> tuple[Any, Mapping[str, Tensor]]:
-        calls = args[6]  # ((name, (input alias, ...), (output alias, ...)), ...)
+        calls = args[7]  # ((name, (input alias, ...), (output alias, ...)), ...)
         shared = {alias: inputs[alias] for alias in inputs}
 
         def work(servable: Servable) -> tuple[Any, Mapping[str, Tensor]]:
@@ -173,15 +184,29 @@ class EngineOps:
         return self._leased_run(args, deadline, work)
 
     def _metrics(
-        self, op: str, index: int, inputs: Mapping[str, Tensor]
+        self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor]
     ) -> tuple[Any, Mapping[str, Tensor]]:
-        """A front-end's report of its metrics; on "metrics", the pages of every process."""
+        """A front-end's report of its metrics; on "metrics", the pages of every process:
+        the other front-ends are asked for theirs (ipc/board.py) and waited for up to
+        FRESH_REPORTS seconds (one that does not answer counts with its last report)."""
+        index, answered = int(args[0]), int(args[1])
         (report,) = inputs[SNAPSHOT].values
-        with self._lock:
-            self._reports[int(index)] = bytes(report)
-            reports = list(self._reports.values())
+        with self._reported:
+            self._reports[index] = (answered, time.monotonic(), bytes(report))
+            self._reported.notify_all()
         if op == "report":
             return None, {}
+        if self.board is not None:
+            asked = self.board.ask()
+            until = time.monotonic() + FRESH_REPORTS
+            with self._reported:
+                while time.monotonic() < until and any(
+                    seen != asked and i != index and time.monotonic() - when < LIVE
+                    for i, (seen, when, _) in self._reports.items()
+                ):
+                    self._reported.wait(until - time.monotonic())
+        with self._reported:
+            reports = [data for _, _, data in self._reports.values()]
         own = [] if self.metrics is None else [self.metrics.snapshot()]
         ours, tfserving = merge([*own, *(marshal.loads(r) for r in reports)])  # noqa: S302
         return None, {

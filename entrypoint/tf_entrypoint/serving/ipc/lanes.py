@@ -29,8 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tf_entrypoint.serving.core.deadlines import Slots
-from tf_entrypoint.serving.core.errors import Code, ServingError
+from tf_entrypoint.serving.core.deadlines import Slots, expired_text
+from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError
 from tf_entrypoint.serving.core.types import Tensor
 from tf_entrypoint.serving.ipc import wire
 from tf_entrypoint.serving.ipc.region import Region
@@ -68,12 +68,26 @@ def receive(sock: socket.socket, buffer: bytearray) -> tuple[memoryview, list[in
     return memoryview(buffer)[:size], fds
 
 
+def no_answer() -> ServingError:
+    """DEADLINE_EXCEEDED at the request's deadline, in the words its transport gives its
+    own timeout (core/deadlines.py), so the answer is the same whichever ends first."""
+    return ServingError(Code.DEADLINE_EXCEEDED, expired_text(NO_ANSWER))
+
+
 def engine_gone() -> ServingError:
     return ServingError(Code.UNAVAILABLE, ENGINE_GONE, retry_after=RETRY_AFTER)
 
 
 class _Unsent(Exception):
     """The message never reached the engine: the call may be retried on another lane."""
+
+
+class _Broken(Exception):
+    """The lane cannot be used again (the engine went, or its answer is late): `error`."""
+
+    def __init__(self, error: ServingError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class Lane:
@@ -106,6 +120,8 @@ class Lane:
         inputs: Mapping[str, Tensor],
         deadline: float | None,
         wrap: wire.Wrap | None,
+        *,
+        patient: bool = False,
     ) -> tuple[Any, dict[str, Tensor]]:
         region = self.region
         assert region is not None  # noqa: S101 - open lanes have one
@@ -128,11 +144,11 @@ class Lane:
         finally:
             if oneoff is not None:
                 oneoff.close()
-        reply = self._receive(deadline)
+        reply, answer_fd = self._receive(None if patient else deadline)
         code, text, result, out_slots = reply[0], reply[1], reply[2], reply[3]
         if code != Code.OK:
-            raise ServingError(Code.of(code), text, retry_after=reply[4] or None)
-        answer_fd = reply[5]
+            refusal = Refusal(reply[5]) if len(reply) > 5 and reply[5] else None
+            raise ServingError(Code.of(code), text, retry_after=reply[4] or None, refusal=refusal)
         if answer_fd is not None:
             outputs = self._read_oneoff(answer_fd, out_slots, wrap)
         else:
@@ -142,25 +158,24 @@ class Lane:
             region.trim(TRIM_AFTER)
         return result, outputs
 
-    def _receive(self, deadline: float | None) -> tuple[Any, ...]:
+    def _receive(self, deadline: float | None) -> tuple[tuple[Any, ...], int | None]:
+        """The answer's message, and the descriptor of its one-off region (None: none);
+        _Broken when the lane cannot be used again."""
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
-            raise ServingError(Code.DEADLINE_EXCEEDED, NO_ANSWER)
+            raise _Broken(no_answer())
         self.sock.settimeout(timeout)
         try:
             data, fds = receive(self.sock, self.buffer)
         except TimeoutError:
-            raise ServingError(Code.DEADLINE_EXCEEDED, NO_ANSWER) from None
+            raise _Broken(no_answer()) from None
         except (ConnectionError, OSError) as err:
-            raise engine_gone() from err
+            raise _Broken(engine_gone()) from err
         finally:
             self.sock.settimeout(None)
         if not data:
-            raise engine_gone()
-        message = wire.loads(data)
-        if fds:
-            return (*message[:5], fds[0])
-        return (*message[:5], None)
+            raise _Broken(engine_gone())
+        return wire.loads(data), (fds[0] if fds else None)
 
     @staticmethod
     def _read_oneoff(
@@ -210,28 +225,37 @@ class Lanes:
         args: tuple[Any, ...],
         inputs: Mapping[str, Tensor],
         deadline: float | None,
+        *,
+        patient: bool = False,
     ) -> tuple[Any, dict[str, Tensor]]:
-        """Run `op` in the engine: (its result, its output tensors); ServingError as it answered."""
+        """Run `op` in the engine: (its result, its output tensors); ServingError as it answered.
+
+        The call waits for a free lane until `deadline`, which the engine gets too
+        (its batch queue withdraws a request when it passes). For its answer it
+        waits until `deadline` too, unless `patient`: then until the engine answers
+        or goes. A model's run is patient, as a worker thread of one process is: a
+        call that TensorFlow still computes keeps its worker and its admission place
+        (the transport answers the client at the deadline itself), so the engine is
+        never handed more work than --max-queue admits.
+        """
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._turns.acquire(True, timeout):
-            raise ServingError(Code.DEADLINE_EXCEEDED, NO_ANSWER)
+            raise no_answer()
         try:
             for attempt in (1, 2):
                 lane = self._take()
                 try:
-                    answer = lane.call(op, args, inputs, deadline, self.wrap)
+                    answer = lane.call(op, args, inputs, deadline, self.wrap, patient=patient)
                 except _Unsent:
                     lane.close()
                     if attempt == 2:
                         raise engine_gone() from None
                     continue
-                except ServingError as err:
-                    if err.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) and (
-                        err.message in (ENGINE_GONE, NO_ANSWER)
-                    ):
-                        lane.close()  # broken, or an answer may still come: never reuse it
-                    else:
-                        self._give(lane)
+                except _Broken as broken:
+                    lane.close()  # broken, or an answer may still come: never reuse it
+                    raise broken.error from None
+                except ServingError:
+                    self._give(lane)
                     raise
                 except BaseException:
                     lane.close()

@@ -29,13 +29,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.deadlines import current_deadline
+from tf_entrypoint.serving.core.deadlines import current_deadline, expired_text
 from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.servable import Call, Done, Pending
 from tf_entrypoint.serving.core.submission import Submission
 from tf_entrypoint.serving.core.types import Signature, Tensor
+from tf_entrypoint.serving.ipc.board import POLL, Board
 from tf_entrypoint.serving.ipc.engine import (
     OURS,
     SNAPSHOT,
@@ -191,9 +192,17 @@ class RemoteVersion:
             described = self.description
             result, tensors = self.models.lanes.call(
                 op,
-                (*route_args(self.route), described.number, described.load_id, *args),
+                # the request's own words for its timeout, for the engine's batch queue
+                (
+                    *route_args(self.route),
+                    described.number,
+                    described.load_id,
+                    expired_text(""),
+                    *args,
+                ),
                 inputs,
                 deadline,
+                patient=True,  # a run holds its worker until it ends, as in one process
             )
             if not (isinstance(result, tuple) and result[:1] == (STALE,)):
                 return result, tensors
@@ -215,11 +224,15 @@ class RemoteVersion:
 class RemoteModels:
     """What the transports ask of the model table, answered by the engine over `lanes`."""
 
-    def __init__(self, lanes: Lanes) -> None:
+    def __init__(self, lanes: Lanes, board: Board | None = None) -> None:
         self.lanes = lanes
+        #: The engine's announcements (ipc/board.py): its model table's generation.
+        self.board = board
         self._lock = threading.Lock()
         #: (model, version, label) -> (when learnt, description)
         self._known: dict[tuple[str, int | None, str | None], tuple[float, Description]] = {}
+        #: The generation the descriptions in _known were learnt in.
+        self._generation = -1
         self._names: tuple[float, frozenset[str]] = (0.0, frozenset())
 
     def _control(self, op: str, args: tuple[Any, ...] = ()) -> Any:
@@ -233,6 +246,12 @@ class RemoteModels:
         return description
 
     def _describe(self, route: p.Route) -> Description:
+        if self.board is not None:
+            generation = self.board.generation()
+            if generation != self._generation:  # a swap, a reload: forget what was learnt
+                with self._lock:
+                    self._known, self._generation = {}, generation
+                    self._names = (0.0, self._names[1])
         key = (route.model, route.version, route.label)
         known = self._known.get(key)
         if known is not None and time.monotonic() - known[0] < FRESH:
@@ -295,12 +314,16 @@ class RemoteModels:
 
 class SharedMetrics:
     """A front-end's side of the one metrics page: its snapshot to the engine every
-    :data:`REPORT_EVERY` seconds, and on a scrape the pages of every process."""
+    :data:`REPORT_EVERY` seconds and whenever the engine asks (a scrape served by
+    another front-end: ipc/board.py), and on a scrape the pages of every process."""
 
-    def __init__(self, lanes: Lanes, metrics: Metrics, index: int) -> None:
+    def __init__(
+        self, lanes: Lanes, metrics: Metrics, index: int, board: Board | None = None
+    ) -> None:
         self.lanes = lanes
         self.metrics = metrics
         self.index = index
+        self.board = board
         self._stop = threading.Event()
 
     def _snapshot(self) -> dict[str, Tensor]:
@@ -308,17 +331,32 @@ class SharedMetrics:
         return {SNAPSHOT: Tensor("DT_STRING", (1,), [data])}
 
     def pages(self) -> tuple[bytes, bytes]:
-        """(ours, TF Serving's): this front-end's metrics fresh, the others' as last reported."""
-        _, pages = self.lanes.call("metrics", (self.index,), self._snapshot(), _deadline())
+        """(ours, TF Serving's): every process's metrics as of now (the engine asks the
+        other front-ends for theirs and waits for them, briefly)."""
+        _, pages = self.lanes.call(
+            "metrics", (self.index, self._asked()), self._snapshot(), _deadline()
+        )
         return bytes(pages[OURS].values[0]), bytes(pages[TF_SERVING].values[0])
+
+    def _asked(self) -> int:
+        return -1 if self.board is None else self.board.asked()
 
     def start(self) -> None:
         threading.Thread(target=self._report, name="metrics-report", daemon=True).start()
 
     def _report(self) -> None:
-        while not self._stop.wait(REPORT_EVERY):
+        """Report at once (so the engine knows to wait for this front-end), then every
+        REPORT_EVERY seconds, and at once when the engine asks."""
+        last = 0.0
+        answered = self._asked()
+        poll = REPORT_EVERY if self.board is None else POLL
+        while not self._stop.wait(poll):
+            asked = self._asked()
+            if asked == answered and time.monotonic() - last < REPORT_EVERY:
+                continue
             with contextlib.suppress(ServingError):  # the engine restarts: next time
-                self.lanes.call("report", (self.index,), self._snapshot(), _deadline())
+                self.lanes.call("report", (self.index, asked), self._snapshot(), _deadline())
+            answered, last = asked, time.monotonic()
 
     def stop(self) -> None:
         self._stop.set()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 import struct
 import threading
@@ -156,7 +157,9 @@ class EngineService:
             slots = layout.write(answer.view)
             return wire.dumps((int(Code.OK), "", result, slots, 0.0)), answer
         except ServingError as err:
-            return wire.dumps((int(err.code), err.message, None, (), err.retry_after)), None
+            refusal = "" if err.refusal is None else err.refusal.value
+            plain = (int(err.code), err.message, None, (), err.retry_after, refusal)
+            return wire.dumps(plain), None
         except (wire.WireError, ValueError, TypeError) as err:
             log.error("engine: a message it cannot read: %s", err, exc_info=err)
             return wire.dumps((int(Code.INTERNAL), f"engine call: {err}", None, (), None)), None
@@ -183,13 +186,29 @@ class EngineService:
             os.unlink(self.path)
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait until every front-end has closed its lanes (or `timeout`)."""
+        """Wait until every front-end has closed its lanes (or `timeout`): a lane whose
+        thread still computes a call counts as closed once its front-end has gone (it
+        answered its client at the end of the grace period, and exited)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._lanes and (deadline is None or time.monotonic() < deadline):
+        while self._open() and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.05)
 
+    def _open(self) -> bool:
+        """Whether a lane's front-end is still connected."""
+        with self._lock:
+            lanes = list(self._lanes)
+        for conn in lanes:
+            try:
+                peer = select.poll()
+                peer.register(conn, select.POLLRDHUP)
+                if not peer.poll(0):
+                    return True
+            except (OSError, ValueError):  # closed meanwhile
+                continue
+        return False
+
     def stopped(self) -> bool:
-        return self._closed and not self._lanes
+        return self._closed and not self._open()
 
     def close(self) -> None:
         """Stop accepting, close every lane (their calls in flight end), remove the socket."""

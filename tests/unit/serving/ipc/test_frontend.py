@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from tests.unit.serving.helpers import HalfPlusTwo, config, export, serving, wait_ready
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.ipc.board import Board
 from tf_entrypoint.serving.ipc.remote import RemoteModels
 from tf_entrypoint.serving.main import build_core, engine_service, frontend_core
 from tf_entrypoint.serving.rest.app import create_app
@@ -167,3 +168,60 @@ def test_an_engine_that_is_gone_makes_the_front_end_unready(
     answer = front.post("/v1/models/model:predict", json={"instances": [1.0]})
     assert answer.status_code == 503
     assert answer.headers["retry-after"] == "1"
+
+
+@pytest.fixture
+def two_front_ends(tmp_path: Path) -> Iterator[tuple[TestClient, TestClient, RemoteModels]]:
+    """An engine and two front-ends sharing a board (ipc/board.py), as processes.py makes."""
+    export(tmp_path)
+    conf = config(tmp_path, "--frontends", "2", "--file_system_poll_wait_seconds", "0.1")
+    board = Board.create()
+    engine = build_core(conf, loader=lambda directory, version: Numbered(version))
+    path = str(tmp_path / "engine.sock")
+    service = engine_service(engine, conf, path, board)
+    service.start()
+    engine.start()
+    fronts = [frontend_core(conf, path, i, lambda message: None, board=board) for i in (0, 1)]
+    try:
+        with (
+            TestClient(create_app(fronts[0], conf)) as one,
+            TestClient(create_app(fronts[1], conf)) as two,
+        ):
+            wait_ready(one)
+            wait_ready(two)
+            assert isinstance(fronts[1].manager, RemoteModels)
+            yield one, two, fronts[1].manager
+    finally:
+        for front in fronts:
+            front.close()
+        service.drain()
+        engine.close()
+
+
+def test_a_swap_is_seen_by_the_next_lease_of_every_front_end(
+    two_front_ends: tuple[TestClient, TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    one, _, models = two_front_ends
+    route = p.Route("predict", "model")
+    with models.lease(route) as version:
+        assert version.number == 1  # cached now, for FRESH seconds
+    export(tmp_path, version=2)
+    deadline = time.monotonic() + 10
+    while {s["state"] for s in one.get("/v1/models/model").json()["model_version_status"]} != {
+        "AVAILABLE", "END"
+    }:  # fmt: skip
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with models.lease(route) as version:  # the board's generation moved: asked again
+        assert version.number == 2
+
+
+def test_a_scrape_has_every_front_ends_requests_at_once(
+    two_front_ends: tuple[TestClient, TestClient, RemoteModels],
+) -> None:
+    one, two, _ = two_front_ends
+    for _ in range(3):
+        assert two.post("/v1/models/model:predict", json={"instances": [1.0]}).status_code == 200
+    page = one.get("/metrics").text  # served by the other front-end, at once
+    labels = '{api="predict",code="200",model="model",protocol="v1"}'
+    assert f"serving_requests_total{labels} 3.0" in page

@@ -261,3 +261,10 @@ def test_an_engine_at_its_lane_bound_refuses_more(path: str) -> None:
         first.close()
         second.close()
         service.close()
+
+
+def test_a_patient_call_waits_for_the_engine_past_its_deadline(lanes: Lanes) -> None:
+    """A model's run keeps its caller (a worker, an admission place) until the engine
+    ends it, as a worker of one process does; the engine still gets the deadline."""
+    result, _ = lanes.call("sleep", (0.3,), {}, time.monotonic() + 0.1, patient=True)
+    assert result == "slept"
