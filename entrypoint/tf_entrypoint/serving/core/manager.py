@@ -5,10 +5,8 @@ changes the served models on one thread (:meth:`Manager.run`): it reads each
 model's directory (``repository.py``), asks the version policy which
 versions it wants (the "aspired" versions, ``model_specs.py``), loads new
 ones off the request path (warm-up included), publishes a loaded version
-atomically, and only then retires versions the policy no longer wants. The
-configurations a ReloadConfigRequest sends (:meth:`Manager.submit`) and a
-changed config file are applied on the same thread.
-"""
+atomically, and only then retires versions the policy no longer wants;
+ReloadConfigRequests (:meth:`Manager.submit`) and config file changes too."""
 
 from __future__ import annotations
 
