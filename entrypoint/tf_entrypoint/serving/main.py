@@ -562,7 +562,13 @@ def frontend_core(
         # Short calls run on the transport's loop (core/admission.py): a front-end's
         # engine call is a blocking round trip, and a hop to a worker thread and back
         # cost as much again (p50 at one connection: docs/benchmarks.md).
-        InferencePool(threads, config.max_queue, metrics, inline=True),
+        InferencePool(
+            threads,
+            config.max_queue,
+            metrics,
+            inline=True,
+            places=None if board is None else board.places(index, config.frontends),
+        ),
         RequestLimits.of(config.max_body_bytes, config.workers),
         manage_models=lambda stop, on_fatal: None,
         on_fatal=on_fatal,

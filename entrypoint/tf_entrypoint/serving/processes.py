@@ -70,12 +70,12 @@ class Child:
 
 
 def frontend_config(config: ServeConfig, index: int) -> ServeConfig:
-    """One front-end's settings: its share of the admission bound, shared ports; the gRPC
-    UNIX socket (one path, which SO_REUSEPORT cannot share) on the first front-end only."""
+    """One front-end's settings: shared ports; the gRPC UNIX socket (one path, which
+    SO_REUSEPORT cannot share) on the first front-end only. --max-queue stays the
+    server's: the front-ends share its places (ipc/board.py)."""
     return replace(
         config,
         reuse_port=True,
-        max_queue=max(1, -(-config.max_queue // config.frontends)),
         grpc_socket_path=config.grpc_socket_path if index == 0 else None,
     )
 

@@ -27,10 +27,12 @@ def waiting(config: ServeConfig, *rest: object) -> int:
         time.sleep(0.05)
 
 
-def test_each_front_end_gets_its_share_and_only_the_first_the_unix_socket(tmp_path: Path) -> None:
+def test_the_front_ends_share_the_ports_and_only_the_first_has_the_unix_socket(
+    tmp_path: Path,
+) -> None:
     given = settings(tmp_path, "--max-queue", "9", "--grpc_socket_path", "/tmp/x.sock")
     first, second = (processes.frontend_config(given, index) for index in (0, 1))
-    assert (first.max_queue, second.max_queue) == (5, 5)
+    assert (first.max_queue, second.max_queue) == (9, 9)  # shared, not split (ipc/board.py)
     assert (first.grpc_socket_path, second.grpc_socket_path) == ("/tmp/x.sock", None)
     assert first.reuse_port
     assert second.reuse_port

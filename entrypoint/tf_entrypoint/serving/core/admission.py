@@ -7,7 +7,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tf_entrypoint.serving.core.deadlines import Slots, run_with_deadline, within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
@@ -88,6 +88,18 @@ _AVERAGE_WEIGHT = 0.05
 _MOST_COUNTED = 4 * INLINE_BELOW_SECONDS
 
 
+class Places(Protocol):
+    """Admission places several processes share (ipc/board.py's SharedPlaces)."""
+
+    def take(self, limit: int) -> int | None:
+        """Take one if fewer than `limit` are held: how many are held then; else None."""
+        ...
+
+    def give(self) -> None: ...
+
+    def held(self) -> int: ...
+
+
 class InferencePool:
     """A fixed set of worker threads with bounded admission, shared by REST and gRPC.
 
@@ -120,12 +132,22 @@ class InferencePool:
     """
 
     def __init__(
-        self, workers: int, max_queue: int, metrics: Metrics, *, inline: bool = False
+        self,
+        workers: int,
+        max_queue: int,
+        metrics: Metrics,
+        *,
+        inline: bool = False,
+        places: Places | None = None,
     ) -> None:
         self.workers = workers
         self.max_queue = max_queue
         self.metrics = metrics
+        #: Places held by this pool's requests.
         self.admitted = 0
+        #: With several front-ends (--frontends), the places all of them share: `max_queue`
+        #: bounds their sum (ipc/board.py); None: this pool's alone.
+        self.places = places
         self.inline = inline
         self._lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -143,7 +165,10 @@ class InferencePool:
         """A place among the `max_queue` admitted, or RESOURCE_EXHAUSTED (refused AT_CAPACITY)."""
         evict = None
         with self._lock:
-            full = self.admitted >= self.max_queue
+            if self.places is None:
+                full = self.admitted >= self.max_queue
+            else:
+                full = self.places.take(self.max_queue) is None
             if not full:
                 self.admitted += 1
             elif self._awaiting:  # the place of the one that has awaited its input longest
@@ -154,7 +179,7 @@ class InferencePool:
                     full = False
                 else:
                     evict = None
-            in_progress = self.admitted
+            in_progress = self.admitted if self.places is None else self.places.held()
         if evict is not None:
             evict()
             return Admission(self)
@@ -263,6 +288,8 @@ class InferencePool:
     def _release(self, _: object) -> None:
         with self._lock:
             self.admitted -= 1
+            if self.places is not None:
+                self.places.give()
         self.metrics.in_flight.dec()
 
     def shutdown(self) -> None:

@@ -7,9 +7,10 @@ of its metrics every second (and the one serving a scrape sends a fresh
 one), and the engine :func:`merge`\\ s its own with the latest of each into
 the two pages a scrape gets (ours and TF Serving's), rendered by the same
 code as one process's. Counters and histograms are summed; so are gauges
-(requests in flight, workers, the admission bound, resident memory and
-CPU seconds: totals), except the few that say the same thing in every
-process (:data:`SAME_EVERYWHERE`: the largest is kept) and start times (the
+(requests in flight, workers, resident memory and CPU seconds: totals),
+except the few that say the same thing in every process
+(:data:`SAME_EVERYWHERE`, the admission bound the front-ends share among
+them: the largest is kept) and start times (the
 earliest). A restarted front-end's counters start again from zero, which
 Prometheus reads as a counter reset.
 """
@@ -31,7 +32,7 @@ Snapshot = tuple[tuple[Family, ...], dict[str, Any]]
 
 #: Gauges that every process sets alike: the largest value is the page's.
 SAME_EVERYWHERE = frozenset({"python_info", "process_max_fds", "serving_model_version",
-                             "serving_model_versions_available"})  # fmt: skip
+                             "serving_model_versions_available", "serving_max_queue"})  # fmt: skip
 
 
 def snapshot(collectors: Iterable[Any], tfserving: TFServingMetrics) -> Snapshot:

@@ -225,3 +225,18 @@ def test_a_scrape_has_every_front_ends_requests_at_once(
     page = one.get("/metrics").text  # served by the other front-end, at once
     labels = '{api="predict",code="200",model="model",protocol="v1"}'
     assert f"serving_requests_total{labels} 3.0" in page
+
+
+def test_the_front_ends_share_one_admission_bound() -> None:
+    board = Board.create()
+    first, second = board.places(0, 2), board.places(1, 2)
+    assert first.take(3) == 1
+    assert second.take(3) == 2
+    assert first.take(3) == 3
+    assert second.take(3) is None  # 3 held between them
+    first.give()
+    assert second.take(3) == 3
+    # A front-end that starts again holds none: what the dead one held comes back.
+    restarted = board.places(1, 2)
+    assert restarted.held() == 1  # the first front-end's one
+    assert restarted.take(3) == 2
