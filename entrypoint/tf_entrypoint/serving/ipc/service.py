@@ -142,9 +142,13 @@ class EngineService:
                 fds = fds[1:]
             for fd in fds:
                 os.close(fd)
-            op, args, slots, reply_at, deadline, _pid = wire.loads(data)
-            op = str(op)
-            inputs = wire.read(slots, (oneoff or region).view)
+            try:
+                op, args, slots, reply_at, deadline, _pid = wire.loads(data)
+                op = str(op)
+                inputs = wire.read(slots, (oneoff or region).view)
+            except (wire.WireError, ValueError, TypeError) as err:
+                log.error("engine: a message it cannot read: %s", err, exc_info=err)
+                return wire.dumps((int(Code.INTERNAL), f"engine call: {err}", None, (), None)), None
             if deadline is not None and time.monotonic() >= deadline:
                 raise ServingError(Code.DEADLINE_EXCEEDED, "the request's deadline passed")
             result, outputs = self.handler(op, args, inputs, deadline)
@@ -160,9 +164,6 @@ class EngineService:
             refusal = "" if err.refusal is None else err.refusal.value
             plain = (int(err.code), err.message, None, (), err.retry_after, refusal)
             return wire.dumps(plain), None
-        except (wire.WireError, ValueError, TypeError) as err:
-            log.error("engine: a message it cannot read: %s", err, exc_info=err)
-            return wire.dumps((int(Code.INTERNAL), f"engine call: {err}", None, (), None)), None
         except Exception as err:
             log.error("engine: %s failed", op, exc_info=err)
             return wire.dumps((int(Code.INTERNAL), f"{type(err).__name__}: {err}", None, (),
