@@ -44,6 +44,8 @@ MAX_MESSAGE = 256 * 1024
 #: the rest back.
 REGION_BYTES = 8 * 1024 * 1024
 TRIM_AFTER = 1024 * 1024
+#: Seconds a new lane waits for the engine to accept it.
+HANDSHAKE = 5.0
 #: What a client is told to wait before retrying while the engine restarts.
 RETRY_AFTER = 1.0
 
@@ -100,6 +102,7 @@ class Lane:
         self.region: Region | None = None
         self.buffer = bytearray(MAX_MESSAGE)
         try:
+            self.sock.settimeout(HANDSHAKE)  # an engine that does not answer is as one gone
             self.sock.connect(path)
             self.region = Region.create(region_bytes)
             socket.send_fds(
@@ -109,6 +112,7 @@ class Lane:
             reply = wire.loads(self.sock.recv(MAX_MESSAGE) or b"\x00")
             if reply[:1] != ("ok",):
                 raise OSError(f"the engine refused a lane: {reply!r}")
+            self.sock.settimeout(None)
         except BaseException:
             self.close()
             raise
