@@ -13,6 +13,7 @@ import io
 import re
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import web
@@ -112,35 +113,51 @@ def test_a_front_end_that_dies_is_replaced_and_the_server_keeps_serving(
         assert server.running()
 
 
+def unavailable(
+    server: Server, seen: list[tuple[int, str | None]], ready: list[int]
+) -> Callable[[], bool]:
+    """Whether a predict has been answered 503 with Retry-After, and /readyz 503 (each try
+    recorded in `seen` and `ready`)."""
+
+    def answered() -> bool:
+        answer = web.post(server.rest + "/v1/models/plus:predict",
+                          json={"instances": [1.0]}, timeout=30)  # fmt: skip
+        seen.append((answer.status_code, answer.headers.get("retry-after")))
+        ready.append(web.get(server.rest + "/readyz", timeout=30).status_code)
+        return (503, "1") in seen and 503 in ready
+
+    return answered
+
+
+#: Descriptors a front-end may hold more at one time than another: lanes are made
+#: when calls need them (a socket and a memfd each), so which front-end answered
+#: more of the calls holds a few more.
+LANE_SLACK = 8
+
+
 def test_an_engine_that_dies_makes_the_front_ends_unavailable_until_a_new_one_serves(
     servers: ServerPool,
 ) -> None:
     with servers.private(SPEC) as server:
-        (engine,) = started(server)["engine"]
         fronts = [pid for role, (pid,) in started(server).items() if role != "engine"]
-        before = {pid: open_descriptors(server, pid) for pid in fronts}
-        seen: list[tuple[int, str | None]] = []
-        kill(server, engine)
+        held: list[int] = []  # the front-ends' descriptors after each recovery
+        for kills in (1, 2):
+            engine = started(server)["engine"][-1]
+            seen: list[tuple[int, str | None]] = []
+            ready: list[int] = []
+            kill(server, engine)
 
-        ready: list[int] = []
-
-        def answered_unavailable() -> bool:
-            """A predict answered 503 with Retry-After, and /readyz 503, while it is gone."""
-            answer = web.post(server.rest + "/v1/models/plus:predict",
-                              json={"instances": [1.0]}, timeout=30)  # fmt: skip
-            seen.append((answer.status_code, answer.headers.get("retry-after")))
-            ready.append(web.get(server.rest + "/readyz", timeout=30).status_code)
-            return (503, "1") in seen and 503 in ready
-
-        assert poll(answered_unavailable, 30, 0.02), (seen, ready)
-        assert {status for status, _ in seen} <= {200, 503}, seen  # never a 500
-        assert poll(lambda: len(started(server)["engine"]) == 2, 60, 0.2), server.logs()
-        server.wait_ready()
-        assert predicts(server) == [200] * 20
-        # The front-ends kept running, and hold no more than they did before.
-        after = {pid: open_descriptors(server, pid) for pid in fronts}
+            assert poll(unavailable(server, seen, ready), 30, 0.02), (seen, ready)
+            assert {status for status, _ in seen} <= {200, 503}, seen  # never a 500
+            restarted = lambda: len(started(server)["engine"]) == kills + 1  # noqa: B023, E731
+            assert poll(restarted, 60, 0.2), server.logs()
+            server.wait_ready()
+            assert predicts(server) == [200] * 20
+            held.append(sum(open_descriptors(server, pid) for pid in fronts))
+        # The front-ends kept running, and each restart left nothing behind in them:
+        # the broken lanes were closed, new ones made as calls needed them.
         assert set(processes(server)) >= set(fronts)
-        assert all(after[pid] <= before[pid] + 2 for pid in fronts), (before, after)
+        assert held[1] <= held[0] + LANE_SLACK, held
 
 
 def test_nothing_is_left_behind_when_the_server_stops(servers: ServerPool, tmp_path: Path) -> None:
