@@ -35,6 +35,13 @@ from harness.docker import Containers, metric_value, poll, remove
 from harness.models import ModelLibrary
 
 READY_TIMEOUT = 180.0
+#: The server's two shapes (docs/serving.md, "Processes"), for the tests that run in
+#: both: name -> (the arguments that make it, the CPUs it gets). One process; a
+#: supervisor with an engine and two front-ends under 2 CPUs.
+SHAPES: dict[str, tuple[tuple[str, ...], float]] = {
+    "one process": ((), 1.0),
+    "two front-ends": (("--frontends=2",), 2.0),
+}
 #: Set to N: every server the harness starts runs N front-ends over one engine
 #: (SERVE_FRONTENDS, unless its spec sets it) under at least N CPUs, to run the
 #: container tier in that shape (docs/development.md).

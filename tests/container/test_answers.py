@@ -78,7 +78,7 @@ import pytest
 from harness import web
 from harness.docker import poll
 from harness.models import ModelLibrary
-from harness.servers import Server, ServerPool, ServerSpec, serve, write_models
+from harness.servers import SHAPES, Server, ServerPool, ServerSpec, serve, write_models
 from tests.container.gates import Gate
 from tests.container.grpc_models import MODEL_CONFIGS, MODELS, gate_volume
 from tests.tf_text import tf_text
@@ -569,12 +569,7 @@ RELOAD_ERRORS = {
 # Servers
 
 
-#: The server's two shapes (docs/serving.md, "Processes"), which answer alike: one
-#: process, and a supervisor with an engine and two front-ends under 2 CPUs.
-MODES = {"one process": ((), 1.0), "two front-ends": (("--frontends=2",), 2.0)}
-
-
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=list(SHAPES))
 def main(
     request: pytest.FixtureRequest,
     servers: ServerPool,
@@ -583,7 +578,7 @@ def main(
 ) -> Iterator[tuple[Server, dict[str, Any]]]:
     """The module's server, after its start-up phase: (server, the start-up answers); each
     phase runs against both shapes of the server and compares with the same recording."""
-    extra, cpus = MODES[request.param]
+    extra, cpus = SHAPES[request.param]
     spec = ServerSpec(
         args=(
             "serve", "--wait-for-model", "600", "--model_config_file=/models/models.config",

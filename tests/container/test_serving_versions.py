@@ -22,7 +22,7 @@ import pytest
 from harness import web
 from harness.docker import Containers, poll
 from harness.models import ModelLibrary
-from harness.servers import READY_TIMEOUT, ServerPool, serve
+from harness.servers import READY_TIMEOUT, SHAPES, ServerPool, serve
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -57,18 +57,13 @@ def swap_in(
 # -- versions while serving
 
 
-#: The server's two shapes (docs/serving.md, "Processes"): one process, and a
-#: supervisor with an engine and two front-ends under 2 CPUs.
-MODES = {"one process": ((), 1.0), "two front-ends": (("--frontends=2",), 2.0)}
-
-
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SHAPES)
 def test_a_new_version_is_swapped_in_under_load_without_a_failed_request(
     servers: ServerPool, model_library: ModelLibrary, tmp_path: Path, mode: str
 ) -> None:
     models = models_dir(tmp_path, model_library, plus=[1])
     staged = model_library.copy("plus/2", models / "plus" / ".staged-2")  # not a version yet
-    extra, cpus = MODES[mode]
+    extra, cpus = SHAPES[mode]
     with servers.private(
         serve("--model-name", "plus", "--file_system_poll_wait_seconds=0.5", *extra, cpus=cpus),
         models,

@@ -22,7 +22,7 @@ import pytest
 
 from harness import web
 from harness.docker import poll, wait
-from harness.servers import READY_TIMEOUT, Server, ServerPool, ServerSpec
+from harness.servers import READY_TIMEOUT, SHAPES, Server, ServerPool, ServerSpec
 
 #: The images this module tests (tests/container/conftest.py): the server is
 #: the same in both; what the CUDA image changes is tested by the modules that run on both.
@@ -70,11 +70,6 @@ def gated_server(
         yield server
 
 
-#: The server's two shapes (docs/serving.md, "Processes"): one process, and a
-#: supervisor with an engine and two front-ends under 2 CPUs.
-MODES = {"one process": ((), 1.0), "two front-ends": (("--frontends=2",), 2.0)}
-
-
 def counted(pattern: str, log: str) -> int:
     """The sum of the numbers `pattern` (one group) finds in `log`: with several
     processes each front-end reports its own calls."""
@@ -106,12 +101,12 @@ def running(gate: Path, *keys: str) -> bool:
     return all((gate / f"ran-{key}").exists() for key in keys)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SHAPES)
 def test_sigterm_cuts_off_calls_at_the_end_of_the_grace_period(
     servers: ServerPool, gate: Path, mode: str
 ) -> None:
     grace = 2.0
-    extra, cpus = MODES[mode]
+    extra, cpus = SHAPES[mode]
     with ThreadPoolExecutor(2) as pool, gated_server(
         servers, gate, f"--grace-period={grace:g}", "--workers=2", *extra, cpus=cpus
     ) as server:  # fmt: skip
