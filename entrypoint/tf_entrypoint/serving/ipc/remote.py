@@ -10,8 +10,10 @@ the engine leases the version for the run itself, and answers ``stale`` when
 the route names another version by then (a swap): the call is retried on
 the new version when its signatures are the same, so a swap fails no
 request; a request decoded for signatures that changed is refused
-UNAVAILABLE (retry). Descriptions are cached for :data:`FRESH` seconds, so
-metadata and status follow a swap within that time.
+UNAVAILABLE (retry). Descriptions are cached for :data:`FRESH` seconds, and
+dropped at once when the engine announces a change of its model table on the
+board (ipc/board.py), so metadata and leases follow a swap or a reload at the
+next request.
 
 When the engine cannot be reached, calls fail UNAVAILABLE with Retry-After
 (ipc/lanes.py) and readiness says the server is not ready.
