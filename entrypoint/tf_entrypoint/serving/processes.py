@@ -112,7 +112,6 @@ class Supervisor:
         self.children: dict[int, Child] = {}
         self._deaths: list[float] = []
         self._signal: int | None = None
-        self._signals = 0
 
     def _fork(self, role: str, index: int) -> Child:
         pid = os.fork()
@@ -139,7 +138,6 @@ class Supervisor:
         return child
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self._signals += 1
         if self._signal is None:
             self._signal = signum
         for child in list(self.children.values()):
@@ -152,6 +150,8 @@ class Supervisor:
             check_ports(self.config)
         except OSError as err:
             log.error("%s; exiting", err)
+            shutil.rmtree(self.runtime, ignore_errors=True)
+            self.board.region.close()
             return 1
         signals = (signal.SIGTERM, signal.SIGINT)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in signals}
@@ -163,6 +163,7 @@ class Supervisor:
         finally:
             self._stop_all()
             shutil.rmtree(self.runtime, ignore_errors=True)
+            self.board.region.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 

@@ -57,6 +57,7 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
         assert supervisor.run() == 1
         time.sleep(0.2)
         assert not marker.exists()  # nothing was forked
+        assert not Path(supervisor.runtime).exists()  # and nothing left behind
 
 
 def free_ports(tmp_path: Path) -> ServeConfig:
