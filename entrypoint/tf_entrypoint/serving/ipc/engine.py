@@ -14,7 +14,7 @@ so both modes answer alike:
   version is leased here, for the run, so a swap fails no request: when the
   route now names another version, the answer says so (``stale``, with the
   new description) and nothing runs; the front-end retries on it (ipc/remote.py);
-- ``status``, ``readiness``, ``models``, ``check``: the model table's answers;
+- ``status``, ``readiness``, ``models``: the model table's answers;
 - ``submit``: a HandleReloadConfigRequest's configuration, to the manager;
 - ``report`` / ``metrics``: a front-end's metrics, every second; the pages of
   every process merged, for a scrape (core/metrics_merge.py).
@@ -132,9 +132,6 @@ class EngineOps:
             return self.manager.readiness(), {}
         if op == "models":
             return tuple(self.manager.models()), {}
-        if op == "check":
-            self.manager.check(route_of(args))
-            return None, {}
         if op == "submit":
             return self._submit(args[0]), {}
         if op in ("report", "metrics"):
