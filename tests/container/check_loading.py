@@ -23,6 +23,10 @@ prints one JSON object on its last line:
 - keras: a Keras model with variables saved the four ways of its Keras
   version (3 in the image, 2 in TensorFlow 2.12's matrix cell), loaded both
   ways.
+- where: the trial of where a Session callable runs (model/bundle.py's
+  SessionCallable) on half_plus_two: the timed runs of each way after each
+  run, the way chosen, the answers, and the CPU time TensorFlow's tf_Compute
+  threads spent over 2,000 runs of each way.
 """
 
 from __future__ import annotations
@@ -329,6 +333,52 @@ def multi(models: Path) -> dict[str, Any]:
     return found
 
 
+def compute_ns() -> int:
+    """CPU time (ns) of the process's tf_Compute threads (the inter-op pool)."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == "tf_Compute":
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def where(models: Path) -> dict[str, Any]:
+    from tf_entrypoint.serving import model  # noqa: PLC0415
+    from tf_entrypoint.serving.model import bundle as bundles  # noqa: PLC0415
+
+    servable = model.load(models / "half_plus_two" / "123", 123, warmup=False)
+    answers, timed = [], []
+    for x in range(2 * bundles.TRIAL_RUNS + 2):
+        (output,) = predict(servable, "serving_default", {"x": rest_x(float(x))}).values()
+        answers.append(values_list(output.values)[0])
+        (made,) = bundle(servable)._callables.values()
+        timed.append([len(made.times[0]), len(made.times[1])])
+    session = bundle(servable)._session
+    x = np.array([1.0], np.float32)
+    cpu = {}
+    for name, inline in (("pooled", False), ("inline", True)):
+        run = bundles.SessionCallable(session, made._feeds, made._fetches, made.dtypes)
+        call = run._make(inline=True) if inline else run.pooled
+        call(x)
+        before = compute_ns()
+        for _ in range(2000):
+            call(x)
+        cpu[name] = compute_ns() - before
+    return {
+        "trial_runs": bundles.TRIAL_RUNS,
+        "timed": timed,
+        "chosen": made.chosen is not None,
+        "in_calling_thread": made.in_calling_thread,
+        "answers": answers,
+        "compute_ns": cpu,
+        "rule": [
+            bundles.runs_inline([3.0, 2.0, 9.0], [1.0, 9.0, 1.0]),
+            bundles.runs_inline([1.0, 1.0, 1.0], [2.0, 2.0, 0.5]),
+            bundles.runs_inline([1.0], [1.0]),
+        ],
+    }
+
+
 CHECKS = {
     "threads": threads,
     "close": close,
@@ -337,6 +387,7 @@ CHECKS = {
     "repair": repair,
     "keras": keras,
     "multi": multi,
+    "where": where,
 }
 
 if __name__ == "__main__":

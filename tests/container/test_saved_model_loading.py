@@ -129,6 +129,27 @@ def test_callables_per_output_set_are_bounded(containers: Containers, models: Pa
     assert result["kept"] == result["limit"] == 64, result
 
 
+def test_a_callable_runs_where_its_trial_says(containers: Containers, models: Path) -> None:
+    """A Session callable's first runs alternate between TensorFlow's inter-op
+    pool and the calling thread, TRIAL_RUNS each, timed; then it keeps one way
+    (which one depends on this host's timings, so it is not asserted), with
+    the same answers throughout. Run in the calling thread, 2,000 runs give
+    TensorFlow's tf_Compute threads (the pool) no work; through the pool they
+    do: the hand-off the calling thread saves. The rule: the calling thread
+    when its median wall time is no longer than the pool's."""
+    result = check(containers, models, "where")
+    trial = result["trial_runs"]
+    timed = result["timed"]
+    assert timed[: 2 * trial] == [[(n + 2) // 2, (n + 1) // 2] for n in range(2 * trial)], result
+    assert timed[-1] == [trial, trial], result
+    assert result["chosen"] is True, result
+    assert isinstance(result["in_calling_thread"], bool), result
+    assert result["answers"] == [x / 2 + 2 for x in range(2 * trial + 2)], result
+    assert result["compute_ns"]["pooled"] > 0, result
+    assert result["compute_ns"]["inline"] < result["compute_ns"]["pooled"] / 20, result
+    assert result["rule"] == [True, False, True], result
+
+
 def test_the_loader_variable(containers: Containers, models: Path) -> None:
     """SERVE_SAVED_MODEL_LOADER=tf2 loads with tf.saved_model.load (the previous
     path, for benchmarks and diagnosis); another value fails the load, naming it

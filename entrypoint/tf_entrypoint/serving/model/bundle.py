@@ -20,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import statistics
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,6 +53,12 @@ LOADERS = SAVED_MODEL_LOADERS
 #: asked for (gRPC's output_filter picks subsets); the least recently used
 #: beyond this are released.
 MAX_CALLABLES = 64
+#: A callable's first runs time it both ways, TRIAL_RUNS through TensorFlow's
+#: inter-op pool (its tf_Compute threads) and TRIAL_RUNS in the calling thread
+#: (RunOptions.inter_op_thread_pool = -1: no hand-off to another thread and
+#: back); it runs in the calling thread from then on when that was no slower
+#: (median wall time). docs/serving.md, "Where a Session run runs".
+TRIAL_RUNS = 8
 #: Python packages whose import registers ops TF Serving's own binary links in
 #: (its model_servers/BUILD), with the recipe that adds each to an image:
 #: imported only when a graph needs an op TensorFlow does not have, so that
@@ -192,7 +200,9 @@ class SessionBundle:
             raise
         self._lock = threading.Lock()
         #: (feed names, fetch names) -> (the Session callable, the fetches' dtypes).
-        self._callables: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], Any] = OrderedDict()
+        self._callables: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], SessionCallable] = (
+            OrderedDict()
+        )
 
     def runs(self, name: str) -> bool:
         return name in self.meta_graph.signature_def
@@ -215,14 +225,16 @@ class SessionBundle:
         """One Session run: `feeds` (graph tensor name -> array) in, the graph
         tensors `fetches` out, in their order."""
         feed_names = tuple(sorted(feeds))
-        run, dtypes = self._callable(feed_names, tuple(fetches))
-        values = run(*(feeds[name] for name in feed_names))
+        made = self._callable(feed_names, tuple(fetches))
+        args = [feeds[name] for name in feed_names]
+        run = made.chosen
+        values = run(*args) if run is not None else made.trial(args)
         return [
             Output(_as_array(value, dtype), dtype)
-            for value, dtype in zip(values, dtypes, strict=True)
+            for value, dtype in zip(values, made.dtypes, strict=True)
         ]
 
-    def _callable(self, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> Any:
+    def _callable(self, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> SessionCallable:
         """The Session callable for these feeds and fetches, made on first use.
 
         A callable (Session::MakeCallable) is pruned and compiled once; a call
@@ -236,15 +248,10 @@ class SessionBundle:
             if made is not None:
                 self._callables.move_to_end(key)
                 return made
-        from tensorflow.core.protobuf import config_pb2  # noqa: PLC0415
-
-        options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
-        # BaseSession._make_callable_from_options: Session::MakeCallable (the public
-        # make_callable with feeds runs Session.run, its lookups and checks, per call).
-        run = self._session._make_callable_from_options(options)
         dtypes = [self._graph.get_tensor_by_name(fetch).dtype for fetch in fetches]
+        fresh = SessionCallable(self._session, feeds, fetches, dtypes)
         with self._lock:
-            made = self._callables.setdefault(key, (run, dtypes))
+            made = self._callables.setdefault(key, fresh)
             self._callables.move_to_end(key)
             while len(self._callables) > MAX_CALLABLES:
                 self._callables.popitem(last=False)
@@ -337,6 +344,87 @@ class SessionBundle:
         with self._lock:
             self._callables.clear()
         self._session.close()
+
+
+class SessionCallable:
+    """One Session callable (feeds and fetches), and where its runs run.
+
+    Its first 2 x TRIAL_RUNS runs alternate between TensorFlow's inter-op
+    pool and the calling thread, timed; then :attr:`chosen` is the faster.
+    For a small graph the hand-off to a tf_Compute thread and back is most of
+    a run (measured in the image: half_plus_two 46 us through the pool, 10 us
+    in the calling thread; a 3-layer MLP 70 and 39 us, and 2 and 1 CPU
+    threads' time); a graph whose independent ops the pool runs side by side
+    keeps the pool, since it was faster there. Concurrent runs still run side
+    by side either way, each in its own request's thread.
+    """
+
+    def __init__(self, session: Any, feeds: tuple[str, ...], fetches: tuple[str, ...],
+                 dtypes: list[Any]) -> None:  # fmt: skip
+        self._session, self._feeds, self._fetches = session, feeds, fetches
+        self.dtypes = dtypes
+        self.pooled = self._make(inline=False)
+        self.inline: Any = None  # made at the first trial run that needs it
+        #: The callable every run uses once the trial is over (None during it).
+        self.chosen: Any = None
+        #: Whether that is the calling thread's (None during the trial).
+        self.in_calling_thread: bool | None = None
+        #: Wall times (s) of the trial's runs: through the pool, in the calling thread.
+        self.times: tuple[list[float], list[float]] = ([], [])
+        self._lock = threading.Lock()
+
+    def _make(self, *, inline: bool) -> Any:
+        from tensorflow.core.protobuf import config_pb2  # noqa: PLC0415
+
+        options = config_pb2.CallableOptions(feed=self._feeds, fetch=self._fetches)
+        if inline:
+            options.run_options.inter_op_thread_pool = -1  # the calling thread
+        # BaseSession._make_callable_from_options: Session::MakeCallable (the public
+        # make_callable with feeds runs Session.run, its lookups and checks, per call).
+        return self._session._make_callable_from_options(options)
+
+    def trial(self, args: Sequence[Any]) -> Any:
+        """One run during the trial, the way with fewer timed runs so far (the
+        chosen way if the trial ended meanwhile)."""
+        with self._lock:
+            turn = None
+            if self.chosen is not None:
+                run = self.chosen
+            else:
+                turn = int(len(self.times[1]) < len(self.times[0]))  # 1: the calling thread
+                if turn and self.inline is None:
+                    self.inline = self._make(inline=True)
+                run = (self.pooled, self.inline)[turn]
+        if turn is None:
+            return run(*args)
+        start = time.perf_counter()
+        values = run(*args)  # a run that fails (a bad input) is not timed
+        took = time.perf_counter() - start
+        with self._lock:
+            if self.chosen is None:
+                self.times[turn].append(took)
+                if min(len(self.times[0]), len(self.times[1])) >= TRIAL_RUNS:
+                    self._choose()
+        return values
+
+    def _choose(self) -> None:
+        pooled, inline = self.times
+        here = runs_inline(pooled, inline)
+        self.chosen = self.inline if here else self.pooled
+        self.in_calling_thread = here
+        self.pooled = self.inline = None  # the other's handle is released with it
+        log.debug(
+            "a Session callable (%d feed(s), %d fetch(es)) runs %s: median %.0f us through "
+            "the inter-op pool, %.0f us in the calling thread",
+            len(self._feeds), len(self._fetches),
+            "in the calling thread" if here else "through the inter-op pool",
+            statistics.median(pooled) * 1e6, statistics.median(inline) * 1e6,
+        )  # fmt: skip
+
+
+def runs_inline(pooled: Sequence[float], inline: Sequence[float]) -> bool:
+    """Whether the calling thread was no slower than the pool (median wall times)."""
+    return statistics.median(inline) <= statistics.median(pooled)
 
 
 class FunctionBundle:
