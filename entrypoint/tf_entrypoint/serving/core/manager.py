@@ -35,7 +35,7 @@ from tf_entrypoint.serving.core.object_store import ObjectStores
 from tf_entrypoint.serving.core.servable import Loader, Servable
 from tf_entrypoint.serving.core.sources import Sources
 from tf_entrypoint.serving.core.submission import NO_RETRIES, LoadRetries, Submission
-from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, UNLOADING
+from tf_entrypoint.serving.core.types import END, LOADING, UNLOADING
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -337,8 +337,7 @@ class Manager(Models):
             return self._failed(model, version, message, code, seconds)
         seconds = time.monotonic() - started
         with self._lock:
-            version.servable, version.metadata, version.state = servable, metadata, AVAILABLE
-            version.error = ""  # a retry that succeeded
+            version.available(servable, metadata)
             model.serving = tuple(sorted((*model.serving, version), key=lambda v: v.number))
             model.counts_for_readiness = True
             self._bump()

@@ -12,6 +12,7 @@ UNLOADING, END; README: "Model versions: policies, swaps, labels").
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -25,7 +26,7 @@ from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.model_specs import ModelPath, ModelSpec, ServingConfig
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.submission import Submission
-from tf_entrypoint.serving.core.types import END, LOADING, START, UNLOADING
+from tf_entrypoint.serving.core.types import AVAILABLE, END, LOADING, START, UNLOADING
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -71,6 +72,9 @@ class Leased(Protocol):
     @property
     def servable(self) -> Servable | None: ...
 
+    @property
+    def load(self) -> int: ...
+
 
 class ModelTable(Protocol):
     """What the transports ask of the models (:class:`Models` and the manager here;
@@ -91,6 +95,10 @@ class ModelTable(Protocol):
     def close(self) -> None: ...
 
 
+#: Numbers every successful load of the process (Version.load): unlike id(), never reused.
+LOADS = itertools.count(1)
+
+
 class Version:
     """One version of one model, in one of the five states."""
 
@@ -100,6 +108,7 @@ class Version:
         "error",
         "identity",
         "in_flight",
+        "load",
         "local",
         "metadata",
         "model",
@@ -124,6 +133,9 @@ class Version:
         #: The error's canonical code for the status API (with `error`).
         self.code = Code.UNKNOWN
         self.servable: Servable | None = None
+        #: Which load this is, unique in the process (LOADS); 0 until it is AVAILABLE. A
+        #: front-end's description of a version names it (ipc/engine.py).
+        self.load = 0
         #: GET .../metadata's answer, encoded once at load time.
         self.metadata = b""
         #: Requests running on it; it is dropped when this reaches 0 after retirement.
@@ -133,6 +145,11 @@ class Version:
         #: When (the manager's clock) its failed load is retried; None: no retry pending.
         #: While one is, the state stays LOADING and `error` is the last attempt's.
         self.retry_at: float | None = None
+
+    def available(self, servable: Servable, metadata: bytes) -> None:
+        """Loaded: serving `servable` (a retry that succeeded drops its last error)."""
+        self.servable, self.metadata, self.state = servable, metadata, AVAILABLE
+        self.error, self.load = "", next(LOADS)
 
     def status(self) -> p.VersionStatus:
         if self.error:

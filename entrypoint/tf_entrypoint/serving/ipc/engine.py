@@ -88,7 +88,7 @@ def describe(version: Leased) -> tuple[Any, ...]:
     signatures = servable.signatures
     return (
         version.number,
-        id(version),
+        version.load,
         {name: plain_signature(s) for name, s in signatures.items()},
         dict(servable.signature_texts),
         servable.signature_def_map,
@@ -141,9 +141,9 @@ class EngineOps:
     def _leased_run(
         self, args: tuple[Any, ...], deadline: float | None, work: Any
     ) -> tuple[Any, Mapping[str, Tensor]]:
-        number, load_id, expired = args[4], args[5], args[6]
+        number, load, expired = args[4], args[5], args[6]
         with self.manager.lease(route_of(args)) as version:
-            if (version.number, id(version)) != (number, load_id):
+            if (version.number, version.load) != (number, load):
                 return (STALE, describe(version)), {}
             servable = version.servable
             assert servable is not None  # noqa: S101 - leased versions are AVAILABLE

@@ -63,7 +63,7 @@ class Description:
     """One loaded version as the engine described it (ipc/engine.py's ``describe``)."""
 
     __slots__ = (
-        "load_id",
+        "load",
         "metadata",
         "method_name_check",
         "number",
@@ -76,7 +76,8 @@ class Description:
 
     def __init__(self, plain: Sequence[Any]) -> None:
         self.number: int = plain[0]
-        self.load_id: int = plain[1]
+        #: Which load of the version (core/models.py's Version.load).
+        self.load: int = plain[1]
         self.signatures: dict[str, Signature] = {
             name: signature_of(s) for name, s in plain[2].items()
         }
@@ -186,6 +187,10 @@ class RemoteVersion:
     def metadata(self) -> bytes:
         return self.description.metadata
 
+    @property
+    def load(self) -> int:
+        return self.description.load
+
     def call(
         self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor]
     ) -> tuple[Any, dict[str, Tensor]]:
@@ -198,7 +203,7 @@ class RemoteVersion:
                 (
                     *route_args(self.route),
                     described.number,
-                    described.load_id,
+                    described.load,
                     expired_text(""),
                     *args,
                 ),

@@ -148,6 +148,35 @@ def test_policy_all_serves_every_version_and_unloads_deleted_ones(tmp_path: Path
     assert states(manager) == {3: AVAILABLE, 2: END, 1: AVAILABLE}
 
 
+def test_each_load_of_a_version_is_numbered_apart(tmp_path: Path) -> None:
+    """Version.load tells two loads of the same version number apart (a front-end's
+    cached description names the load it describes, ipc/engine.py): a version that
+    is unloaded and loaded again gets a new number, never one seen before."""
+    for version in (1, 2):
+        export(tmp_path, version)
+    manager, _ = manager_for(spec(tmp_path, All()))
+    manager.initial_load(1, lambda: False)
+
+    def loads() -> dict[int, int]:
+        found = {}
+        for number in (1, 2):
+            with manager.lease(route(version=number)) as leased:
+                found[number] = leased.load
+        return found
+
+    first = loads()
+    assert 0 not in first.values()
+    assert first[1] != first[2]
+    (tmp_path / "m" / "2" / "saved_model.pb").unlink()
+    manager.sync()
+    assert states(manager) == {2: END, 1: AVAILABLE}
+    (tmp_path / "m" / "2" / "saved_model.pb").write_bytes(b"")
+    manager.sync()
+    again = loads()
+    assert again[1] == first[1]
+    assert again[2] not in first.values()
+
+
 def test_policy_latest_n(tmp_path: Path) -> None:
     for version in (1, 2, 3):
         export(tmp_path, version)
