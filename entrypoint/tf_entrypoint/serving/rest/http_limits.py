@@ -8,15 +8,67 @@ MAX_HEAD bytes (plus what arrived with its first bytes, one read); a longer
 one is answered 431 and its connection closed. uvicorn's h11 protocol, used
 when httptools is not installed, has its own bound (h11_max_incomplete_event_size),
 set to the same size.
+
+The same protocol writes a response in one piece (:class:`OneWrite`):
+uvicorn writes its head and its body with a call each, so each answer was
+two send() calls and two packets.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 #: Most bytes of a request line and headers. TF Serving's clients send well
 #: under 1 kB; browsers and proxies allow 8-16 kB per header.
 MAX_HEAD = 64 * 1024
+
+
+class OneWrite:
+    """A connection's transport that gathers what one step of the event loop writes
+    into one write.
+
+    uvicorn's httptools protocol writes a response's head, then its body, each
+    at once: two send() calls and two packets for every answer, and on the
+    loopback interface each send() runs the receiver's side of TCP too. Here the
+    writes of one step (a handler sends its head and whole body in one) go out
+    together when the step ends; closing sends what is gathered first.
+    Everything else is the transport's own.
+    """
+
+    __slots__ = ("_gathered", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._gathered: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._gathered is None:
+            self._gathered = [data]
+            self._loop.call_soon(self._flush)
+        else:
+            self._gathered.append(data)
+
+    def _flush(self) -> None:
+        gathered, self._gathered = self._gathered, None
+        if gathered:
+            self._transport.write(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._gathered = None
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        gathered = self._gathered or ()
+        return self._transport.get_write_buffer_size() + sum(len(d) for d in gathered)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def uvicorn_options() -> dict[str, Any]:
@@ -33,6 +85,10 @@ def uvicorn_options() -> dict[str, Any]:
 
         #: Bytes of the head read so far; -1: it began in the current read; None: read.
         _head: int | None = -1
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            gathering: Any = OneWrite(transport, asyncio.get_running_loop())
+            super().connection_made(gathering)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
