@@ -155,14 +155,6 @@ class Output:
         return self._array
 
 
-def _as_array(value: Any, dtype: Any) -> Any:
-    """A fetched value as an ndarray: a Session gives NumPy scalars, and bytes
-    for a string scalar, where the tensor has rank 0."""
-    if dtype == tf.string:
-        return np.asarray(value, dtype=object)
-    return np.asarray(value)
-
-
 def quiet() -> contextlib.AbstractContextManager[Any]:
     """TensorFlow's deprecation warnings off around TF1 APIs that are what TF
     Serving runs (its loader, the record reader), not code to migrate: the
@@ -229,9 +221,11 @@ class SessionBundle:
         args = [feeds[name] for name in feed_names]
         run = made.chosen
         values = run(*args) if run is not None else made.trial(args)
+        # As ndarrays: a Session gives NumPy scalars, and bytes for a string scalar,
+        # where the tensor has rank 0.
         return [
-            Output(_as_array(value, dtype), dtype)
-            for value, dtype in zip(values, made.dtypes, strict=True)
+            Output(np.asarray(value, dtype=object) if text else np.asarray(value), dtype)
+            for value, dtype, text in zip(values, made.dtypes, made.texts, strict=True)
         ]
 
     def _callable(self, feeds: tuple[str, ...], fetches: tuple[str, ...]) -> SessionCallable:
@@ -243,11 +237,13 @@ class SessionBundle:
         TensorFlow as they are in TF Serving's Session::Run.
         """
         key = (feeds, fetches)
-        with self._lock:
-            made = self._callables.get(key)
-            if made is not None:
+        made = self._callables.get(key)
+        if made is not None:
+            # Most recently used now (each is one C call under the GIL; one evicted
+            # meanwhile is still used for this run, then released).
+            with contextlib.suppress(KeyError):
                 self._callables.move_to_end(key)
-                return made
+            return made
         dtypes = [self._graph.get_tensor_by_name(fetch).dtype for fetch in fetches]
         fresh = SessionCallable(self._session, feeds, fetches, dtypes)
         with self._lock:
@@ -363,6 +359,8 @@ class SessionCallable:
                  dtypes: list[Any]) -> None:  # fmt: skip
         self._session, self._feeds, self._fetches = session, feeds, fetches
         self.dtypes = dtypes
+        #: Which fetches are strings (a Session gives bytes for a string scalar).
+        self.texts = [dtype == tf.string for dtype in dtypes]
         self.pooled = self._make(inline=False)
         self.inline: Any = None  # made at the first trial run that needs it
         #: The callable every run uses once the trial is over (None during it).

@@ -73,6 +73,10 @@ def check_fetchable(signature: Signature, outputs: Sequence[str]) -> None:
             )
 
 
+#: The errors :func:`tensorflow_errors` turns into the client's.
+TENSORFLOW_ERRORS = (tf.errors.OpError, TypeError, ValueError)
+
+
 @contextlib.contextmanager
 def tensorflow_errors() -> Iterator[None]:
     """TensorFlow's errors as TF Serving passes them on: an op error keeps its
@@ -80,11 +84,16 @@ def tensorflow_errors() -> Iterator[None]:
     TensorFlow cannot take as arguments are INVALID_ARGUMENT."""
     try:
         yield
-    except tf.errors.OpError as err:
+    except TENSORFLOW_ERRORS as err:
+        raise serving_error(err) from None
+
+
+def serving_error(err: BaseException) -> ServingError:
+    """One of TENSORFLOW_ERRORS as :func:`tensorflow_errors` raises it."""
+    if isinstance(err, tf.errors.OpError):
         message = tensorflow_error_message(str(err.message), MAX_ERROR_MESSAGE)
-        raise ServingError(Code.of(int(err.error_code)), message) from None
-    except (TypeError, ValueError) as err:
-        raise invalid_argument(str(err)[:MAX_ERROR_MESSAGE]) from None
+        return ServingError(Code.of(int(err.error_code)), message)
+    return invalid_argument(str(err)[:MAX_ERROR_MESSAGE])
 
 
 def translated(err: BaseException) -> BaseException:
@@ -194,12 +203,15 @@ def _float32_values(flat: Any) -> list[float] | None:
     (not contiguous). The equality is checked value by value over every float32
     subnormal and the notation switch at 1e-4 (tests/container/test_output_values.py).
     """
-    if orjson is None or not np.isfinite(flat).all():
+    if orjson is None:
         return None
     try:
-        values: list[float] = orjson.loads(orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY))
+        text = orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
         return None
+    if b"n" in text:  # null: a NaN or an infinity (numbers are digits, '-', '.', 'e')
+        return None
+    values: list[float] = orjson.loads(text)
     return values
 
 
@@ -378,13 +390,15 @@ class TensorFlowServable:
         """
         runner = self.runner
         check_fetchable(self._signatures[name], outputs)
-        with tensorflow_errors():
+        try:  # tensorflow_errors(), without a context manager's cost on every call
             arrays = {key: to_array(tensor) for key, tensor in inputs.items()}
             if batch:
                 results = runner.run(name, arrays, tuple(outputs), True)
             else:
                 with runner.alone():
                     results = runner.run(name, arrays, tuple(outputs), False)
+        except TENSORFLOW_ERRORS as err:
+            raise serving_error(err) from None
         return {alias: to_tensor(value) for alias, value in results.items()}
 
     def start(
