@@ -145,8 +145,8 @@ class TensorFlowProfiler:
             self._inner = profiler.TensorFlowProfiler()
         return self._inner
 
-    def start(self, options: Mapping[str, int], scratch: str) -> Capture:
-        return self._profiler().start(options, scratch)
+    def start(self, options: Mapping[str, int], scratch: str, seconds: float) -> Capture:
+        return self._profiler().start(options, scratch, seconds)
 
     def save(self, root: str, run: str, host: str, xspace: bytes) -> str:
         return self._profiler().save(root, run, host, xspace)
@@ -497,17 +497,16 @@ def engine_service(
     from tf_entrypoint.serving.ipc.engine import EngineOps  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.service import EngineService  # noqa: PLC0415
 
-    manager = core.manager
+    manager, pid = core.manager, os.getpid()
     if board is not None and isinstance(manager, Manager):
-        pid = os.getpid()
         manager.changed = lambda generation: board.publish(pid, generation)
         board.publish(pid, manager.generation)
-
     lanes = (request_threads(config) + FRONTEND_EXTRA_LANES) * config.frontends + 8
     # The server's request threads and admission are the front-ends' (their gauges add up).
     core.metrics.workers.set(0)
     core.metrics.max_queue.set(0)
-    return EngineService(path, EngineOps(manager, core.metrics, board), max_lanes=lanes)
+    ops = EngineOps(manager, core.metrics, board, core.profiler)
+    return EngineService(path, ops, max_lanes=lanes)
 
 
 #: A front-end's lanes beyond its request threads: short calls run on the two
@@ -544,6 +543,7 @@ def frontend_core(
     `board` is where the engine announces (ipc/board.py).
     """
     from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.profiler import RemoteProfiler  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.remote import RemoteModels, SharedMetrics  # noqa: PLC0415
 
     metrics = Metrics()
@@ -573,7 +573,7 @@ def frontend_core(
         manage_models=lambda stop, on_fatal: None,
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
-        profiler=None,
+        profiler=RemoteProfiler(lanes) if config.enable_profiler else None,
         batching=config.batching is not None,
     )
 

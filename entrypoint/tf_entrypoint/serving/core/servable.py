@@ -122,10 +122,12 @@ class Profiler(Protocol):
     Its methods block (TensorFlow's calls, files): the transport calls them on a thread.
     """
 
-    def start(self, options: Mapping[str, int], scratch: str) -> Capture:
+    def start(self, options: Mapping[str, int], scratch: str, seconds: float) -> Capture:
         """Start recording with TensorFlow's ProfileOptions `options` (tracer levels);
         ServingError ALREADY_EXISTS while another capture runs. `scratch`: a folder
-        the capture may write under and removes ("": a temporary one)."""
+        the capture may write under and removes ("": a temporary one). `seconds`: how
+        long the caller means to record before it stops the capture (a backend in
+        another process stops one left running well past it: ipc/profiler.py)."""
         ...
 
     def save(self, root: str, run: str, host: str, xspace: bytes) -> str:

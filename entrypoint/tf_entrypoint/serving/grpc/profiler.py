@@ -147,7 +147,8 @@ class ProfilerHandler(grpc.GenericRpcHandler):
         if not request.emit_xspace:  # before any capture: only under --profile-dir
             check = trace_paths.trace_folder  # realpath reads the file system: off the loop
             scratch = await loop.run_in_executor(None, check, self.profile_dir, root, run, host)
-        capture: Capture = await loop.run_in_executor(None, backend.start, options, scratch)
+        start = backend.start
+        capture: Capture = await loop.run_in_executor(None, start, options, scratch, seconds)
         stop = self._stops[run] = asyncio.Event()
         try:
             if seconds > 0:

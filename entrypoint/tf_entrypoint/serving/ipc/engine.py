@@ -17,7 +17,9 @@ so both modes answer alike:
 - ``status``, ``readiness``, ``models``: the model table's answers;
 - ``submit``: a HandleReloadConfigRequest's configuration, to the manager;
 - ``report`` / ``metrics``: a front-end's metrics, every second; the pages of
-  every process merged, for a scrape (core/metrics_merge.py).
+  every process merged, for a scrape (core/metrics_merge.py);
+- ``profile_start``, ``profile_stop``, ``profile_empty``, ``profile_save``:
+  TF Serving's profiler service, recording in the engine (ipc/profiler.py).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.metrics_merge import merge
 from tf_entrypoint.serving.core.models import Leased, ModelTable
-from tf_entrypoint.serving.core.servable import Servable
+from tf_entrypoint.serving.core.servable import Profiler, Servable
 from tf_entrypoint.serving.core.types import Signature, Tensor, TensorSpec
 from tf_entrypoint.serving.ipc.board import Board
+from tf_entrypoint.serving.ipc.profiler import EngineProfiles
 
 #: A Signature as plain data: ((alias, dtype, shape, tensor name), ...) twice, and the method.
 PlainSignature = tuple[
@@ -103,9 +106,15 @@ class EngineOps:
     """The engine's one handler over its manager (ipc/service.py calls it on a lane's thread)."""
 
     def __init__(
-        self, manager: ModelTable, metrics: Metrics | None = None, board: Board | None = None
+        self,
+        manager: ModelTable,
+        metrics: Metrics | None = None,
+        board: Board | None = None,
+        profiler: Profiler | None = None,
     ) -> None:
         self.manager = manager
+        #: The profiler service's operations (ipc/profiler.py).
+        self.profiles = EngineProfiles(profiler)
         #: The engine's own metrics, merged with the front-ends' on a scrape.
         self.metrics = metrics
         #: Where it asks the front-ends for their metrics (ipc/board.py).
@@ -136,6 +145,8 @@ class EngineOps:
             return self._submit(args[0]), {}
         if op in ("report", "metrics"):
             return self._metrics(op, args, inputs)
+        if op.startswith("profile_"):
+            return self.profiles(op, args, inputs)
         raise ServingError(Code.UNIMPLEMENTED, f"the engine has no operation {op!r}")
 
     def _leased_run(

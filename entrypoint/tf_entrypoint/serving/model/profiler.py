@@ -90,7 +90,7 @@ class TensorFlowCapture:
 class TensorFlowProfiler:
     """:class:`~tf_entrypoint.serving.core.servable.Profiler` over TensorFlow's ProfilerSession."""
 
-    def start(self, options: Mapping[str, int], scratch: str) -> TensorFlowCapture:
+    def start(self, options: Mapping[str, int], scratch: str, seconds: float) -> TensorFlowCapture:
         return TensorFlowCapture(options, scratch)
 
     def save(self, root: str, run: str, host: str, xspace: bytes) -> str:

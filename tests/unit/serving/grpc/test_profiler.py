@@ -46,7 +46,7 @@ class FakeProfiler:
         self.started: list[tuple[dict[str, int], str]] = []
         self.saved: list[tuple[str, str, str, bytes]] = []
 
-    def start(self, options: Mapping[str, int], scratch: str) -> FakeCapture:
+    def start(self, options: Mapping[str, int], scratch: str, seconds: float) -> FakeCapture:
         if self.running:
             raise ServingError(Code.ALREADY_EXISTS, "Another profile is being captured")
         self.running = True
