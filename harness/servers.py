@@ -182,6 +182,15 @@ def write_models(spec: ServerSpec, library: ModelLibrary, root: Path) -> Path:
     return root
 
 
+def cpus_of(spec: ServerSpec) -> float:
+    """The CPUs a server of `spec` runs under: its own, or at least N under FRONTENDS_SWITCH
+    (unless its spec sets SERVE_FRONTENDS)."""
+    frontends = os.environ.get(FRONTENDS_SWITCH, "")
+    if frontends and "SERVE_FRONTENDS" not in dict(spec.env):
+        return max(spec.cpus, float(frontends))
+    return spec.cpus
+
+
 @contextmanager
 def started(
     containers: Containers, spec: ServerSpec, models: Path, workdir: Path | None = None
@@ -194,11 +203,10 @@ def started(
     if spec.entrypoint:
         options["entrypoint"] = list(spec.entrypoint)
     environment = dict(spec.env)
-    cpus = spec.cpus
+    cpus = cpus_of(spec)
     frontends = os.environ.get(FRONTENDS_SWITCH, "")
     if frontends and "SERVE_FRONTENDS" not in environment:  # the whole tier in that shape
         environment["SERVE_FRONTENDS"] = frontends
-        cpus = max(cpus, float(frontends))
     if environment:
         options["environment"] = environment
     ports = {f"{spec.rest_port}/tcp": ("127.0.0.1", None)}

@@ -21,7 +21,7 @@ import pytest
 
 from harness.docker import Containers
 from harness.models import ModelLibrary
-from harness.servers import MODEL_SERVER, ServerPool, ServerSpec
+from harness.servers import MODEL_SERVER, ServerPool, ServerSpec, cpus_of
 from tf_entrypoint.tfserving import rest_api_threads
 
 ONE_CPU: dict[str, Any] = {"nano_cpus": 1_000_000_000}
@@ -78,15 +78,17 @@ def test_kserves_command_plans_then_serves(servers: ServerPool, model: Path) -> 
         assert metadata["response"]["model_spec"] == {"name": "flowers", "version": "1"}
         assert health["response"] == {"status": "SERVING"}
         text = logs(container)
-        # The entrypoint's plan (its start-up line) for --cpus 1, then the server with it.
-        assert "threads intra 1 / inter 1; no GPU -> tensorflow_model_server" in text, text
-        assert "TensorFlow intra-op 1, inter-op 1" in text, text
+        # The entrypoint's plan (its start-up line) for its CPUs (1, or 2 when the harness
+        # runs every server with two front-ends), then the server with it.
+        cpus = int(cpus_of(spec))
+        assert f"threads intra {cpus} / inter {cpus}; no GPU -> tensorflow_model_server" in text
+        assert f"TensorFlow intra-op {cpus}, inter-op {cpus}" in text, text
         assert "gRPC 9000, REST 8080" in text, text
         # The hand-off is an exec: the server is the container's PID 1, with the plan.
         cmdline = read_in(container, "/proc/1/cmdline").split(b"\0")
         assert cmdline[1:3] == [b"-m", b"tf_entrypoint.serving"], cmdline
         environ = read_in(container, "/proc/1/environ").split(b"\0")
-        assert b"TF_NUM_INTRAOP_THREADS=1" in environ
+        assert f"TF_NUM_INTRAOP_THREADS={cpus}".encode() in environ
         assert any(line.startswith(b"TF_ENTRYPOINT_PLAN=") for line in environ)
         # PID 1 without tini still drains and exits 0 on SIGTERM.
         container.stop(timeout=20)
