@@ -93,8 +93,11 @@ class HalfPlusTwo(FakeServable):
 
 
 def config(tmp_path: Path, *args: str) -> ServeConfig:
+    """A server's config for a budget of 2 CPUs, as one process unless `args` say
+    --frontends (the processes' own tests do)."""
+    one = () if "--frontends" in args else ("--frontends", "1")
     return parse_config(
-        ["--model-base-path", str(tmp_path), "--wait-for-model", "5", *args],
+        ["--model-base-path", str(tmp_path), "--wait-for-model", "5", *one, *args],
         {},
         budget=PlannedCpus(2, "test"),
     )

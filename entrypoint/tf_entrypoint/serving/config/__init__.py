@@ -52,6 +52,7 @@ from tf_entrypoint.serving.config.sizing import (
     PlannedCpus,
     cpu_budget,
     default_max_queue,
+    size_frontends,
     size_workers,
 )
 from tf_entrypoint.serving.config.ssl_config import SslConfig, read_ssl_config
@@ -74,6 +75,7 @@ __all__ = [
     "markdown_table",
     "parse_config",
     "read_flags",
+    "size_frontends",
     "size_workers",
     "version_text",
 ]
@@ -116,7 +118,7 @@ class ServeConfig:
     #: TF Serving's --grpc_socket_path: also serve gRPC on this UNIX socket.
     grpc_socket_path: str | None = None
     #: --frontends: front-end processes over one engine process (serving/processes.py); 1: one
-    #: process, as before.
+    #: process. Its default is the CPU budget from 2 CPUs (config/sizing.py).
     frontends: int = 1
     #: Listen with SO_REUSEPORT: set for each front-end of several (serving/processes.py).
     reuse_port: bool = False
@@ -444,7 +446,7 @@ def parse_config(
         rest_port=rest_port,
         workers=workers,
         max_queue=values.get("max-queue", POSITIVE_INT, default_max_queue(workers)),
-        frontends=values.get("frontends", POSITIVE_INT, 1),
+        frontends=values.get("frontends", POSITIVE_INT, size_frontends(budget)),
         max_body_bytes=values.get("max-body-bytes", POSITIVE_INT, DEFAULT_MAX_BODY_BYTES),
         request_timeout=timeout,
         grace_period=values.get("grace-period", SECONDS, DEFAULT_GRACE_PERIOD),
