@@ -311,7 +311,8 @@ FLAGS: tuple[Flag, ...] = (
          tf_serving=False),
     Flag("frontends", "REST and gRPC front-end processes over one engine process that "
          "holds TensorFlow and the models (docs/serving.md, \"Processes\"); 1: one process",
-         env=ENV_FRONTENDS, default="the CPU budget from 2 CPUs, 1 under 2", tf_serving=False),
+         env=ENV_FRONTENDS, default="the CPU budget from 2 CPUs (at most 8), 1 under 2",
+         tf_serving=False),
     Flag("max-queue", "requests admitted (running + waiting) before 503", env=ENV_MAX_QUEUE,
          default=f"{DEFAULT_QUEUE_PER_WORKER} per worker", tf_serving=False),
     Flag("max-body-bytes", "largest request body or gRPC message (larger gets 413); what "

@@ -46,6 +46,10 @@ def size_workers(budget: PlannedCpus) -> int:
     return max(1, budget.cpus)
 
 
+#: The most front-ends --frontends' default starts (the flag may ask for more).
+MAX_DEFAULT_FRONTENDS = 8
+
+
 def size_frontends(budget: PlannedCpus) -> int:
     """Front-end processes for a CPU budget (--frontends' default): one process under
     2 CPUs; from 2, one front-end per CPU over one engine process.
@@ -56,9 +60,11 @@ def size_frontends(budget: PlannedCpus) -> int:
     2 CPUs (docs/benchmarks.md, "Every CPU the container is given"): 1.6-1.9x
     one process's requests per second over REST and gRPC, the same median
     latency at one connection, about 18 MB more per front-end. A front-end
-    that has no requests uses no CPU, so one per CPU costs only memory.
+    that has no requests uses no CPU, so one per CPU costs only memory. At most
+    MAX_DEFAULT_FRONTENDS: a pod without a CPU limit plans for its node's CPUs,
+    and the engine, one process, limits small models well before that many.
     """
-    return 1 if budget.cpus < 2 else budget.cpus
+    return 1 if budget.cpus < 2 else min(budget.cpus, MAX_DEFAULT_FRONTENDS)
 
 
 def default_max_queue(workers: int) -> int:

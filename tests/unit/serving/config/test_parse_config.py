@@ -414,10 +414,11 @@ def test_config_defaults_follow_the_cpu_budget() -> None:
     assert (conf.grpc_port, conf.rest_port) == (8500, 0)
 
 
-@pytest.mark.parametrize(("cpus", "frontends"), [(1, 1), (2, 2), (3, 3), (8, 8)])
+@pytest.mark.parametrize(("cpus", "frontends"), [(1, 1), (2, 2), (3, 3), (8, 8), (64, 8)])
 def test_front_ends_follow_the_cpu_budget_from_two_cpus(cpus: int, frontends: int) -> None:
-    """One process under 2 CPUs; from 2, a front-end per CPU over one engine; the
-    flag or SERVE_FRONTENDS sets another number, 1 pins one process."""
+    """One process under 2 CPUs; from 2, a front-end per CPU over one engine, at
+    most 8 (a pod without a CPU limit plans for its node's CPUs); the flag or
+    SERVE_FRONTENDS sets another number, 1 pins one process."""
     assert parse_config([], {}, budget=PlannedCpus(cpus, "test")).frontends == frontends
     pinned = parse_config(["--frontends", "1"], {}, budget=PlannedCpus(cpus, "test"))
     assert pinned.frontends == 1
