@@ -57,10 +57,11 @@ def size_frontends(budget: PlannedCpus) -> int:
     The request path (HTTP, JSON, protobuf, checks) holds a process's GIL, so
     one process answers at about one core's rate; the front-ends spread it
     over every CPU while the engine keeps one copy of each model. Measured at
-    2 CPUs (docs/benchmarks.md, "Every CPU the container is given"): 1.6-1.9x
-    one process's requests per second over REST and gRPC, the same median
-    latency at one connection, about 18 MB more per front-end. A front-end
-    that has no requests uses no CPU, so one per CPU costs only memory. At most
+    2 CPUs (docs/benchmarks.md, "Every CPU the container is given"): 1.7-1.8x
+    one process's requests per second over REST, 1.2-1.6x over gRPC, a median
+    latency at one connection within 50 us, 53 MB more for two front-ends. A
+    front-end that has no requests uses no CPU, so one per CPU costs only
+    memory. At most
     MAX_DEFAULT_FRONTENDS: a pod without a CPU limit plans for its node's CPUs,
     and the engine, one process, limits small models well before that many.
     """
