@@ -57,7 +57,7 @@ MAX_CALLABLES = 64
 #: inter-op pool (its tf_Compute threads) and TRIAL_RUNS in the calling thread
 #: (RunOptions.inter_op_thread_pool = -1: no hand-off to another thread and
 #: back); it runs in the calling thread from then on when that was no slower
-#: (median wall time). docs/serving.md, "Where a Session run runs".
+#: (median wall time). docs/tf-serving.md, "How a version is loaded".
 TRIAL_RUNS = 8
 #: Python packages whose import registers ops TF Serving's own binary links in
 #: (its model_servers/BUILD), with the recipe that adds each to an image:
@@ -191,7 +191,7 @@ class SessionBundle:
             self._session.close()
             raise
         self._lock = threading.Lock()
-        #: (feed names, fetch names) -> (the Session callable, the fetches' dtypes).
+        #: (feed names, fetch names) -> the Session callable, most recently used last.
         self._callables: OrderedDict[tuple[tuple[str, ...], tuple[str, ...]], SessionCallable] = (
             OrderedDict()
         )
@@ -348,11 +348,12 @@ class SessionCallable:
     Its first 2 x TRIAL_RUNS runs alternate between TensorFlow's inter-op
     pool and the calling thread, timed; then :attr:`chosen` is the faster.
     For a small graph the hand-off to a tf_Compute thread and back is most of
-    a run (measured in the image: half_plus_two 46 us through the pool, 10 us
-    in the calling thread; a 3-layer MLP 70 and 39 us, and 2 and 1 CPU
-    threads' time); a graph whose independent ops the pool runs side by side
-    keeps the pool, since it was faster there. Concurrent runs still run side
-    by side either way, each in its own request's thread.
+    a run (measured in the image, wall time and the process's CPU time per
+    run: half_plus_two 46 and 69 us through the pool, 10 and 10 us in the
+    calling thread; a 3-layer MLP 70 and 121 us, 39 and 39 us); a graph whose
+    independent ops the pool runs side by side keeps the pool, since it was
+    faster there. Concurrent runs still run side by side either way, each in
+    its own request's thread.
     """
 
     def __init__(self, session: Any, feeds: tuple[str, ...], fetches: tuple[str, ...],
