@@ -61,9 +61,9 @@ def size_frontends(budget: PlannedCpus) -> int:
     one process's requests per second over REST, 1.2-1.6x over gRPC, a median
     latency at one connection within 50 us, 53 MB more for two front-ends. A
     front-end that has no requests uses no CPU, so one per CPU costs only
-    memory. At most
-    MAX_DEFAULT_FRONTENDS: a pod without a CPU limit plans for its node's CPUs,
-    and the engine, one process, limits small models well before that many.
+    memory. At most MAX_DEFAULT_FRONTENDS: a pod without a CPU limit plans for
+    its node's CPUs, and the engine, one process, limits small models well
+    before that many.
     """
     return 1 if budget.cpus < 2 else min(budget.cpus, MAX_DEFAULT_FRONTENDS)
 
