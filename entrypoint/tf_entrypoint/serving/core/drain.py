@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 from tf_entrypoint.serving.core.errors import Code, ServingError
@@ -71,22 +70,9 @@ class CutOff:
     def _refused(self) -> Refused:
         return Refused(Code.UNAVAILABLE, self.message)
 
-    @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
+    def track(self) -> _Tracked:
         """Around a request's handling (on its event loop); Refused once fired."""
-        task = asyncio.current_task()
-        if task is None:  # not in a task: nothing to cancel
-            yield
-            return
-        with self._lock:
-            if self.fired:
-                raise self._refused()
-            self._tasks[task] = task.get_loop()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._tasks.pop(task, None)
+        return _Tracked(self)
 
     def fire(self) -> int:
         """Cut off every request being handled now; the number of them."""
@@ -128,3 +114,31 @@ class Transport(Protocol):
 
     def stopped(self) -> bool:
         """True once its thread has ended (after the drain, or on its own)."""
+
+
+class _Tracked:
+    """`with cutoff.track():` (a class, not a generator: once per request, on the loop)."""
+
+    __slots__ = ("_cutoff", "_task")
+
+    def __init__(self, cutoff: CutOff) -> None:
+        self._cutoff = cutoff
+        self._task: asyncio.Task[Any] | None = None
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:  # not in a task: nothing to cancel
+            return
+        cutoff = self._cutoff
+        with cutoff._lock:
+            if cutoff.fired:
+                raise cutoff._refused()
+            cutoff._tasks[task] = task.get_loop()
+        self._task = task
+
+    def __exit__(self, *exc: object) -> None:
+        task = self._task
+        if task is not None:
+            cutoff = self._cutoff
+            with cutoff._lock:
+                cutoff._tasks.pop(task, None)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Collection, Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -206,20 +206,25 @@ class Models:
     def models(self) -> dict[str, Model]:
         return self._models
 
-    @contextmanager
-    def lease(self, route: p.Route) -> Iterator[Version]:
+    def lease(self, route: p.Route) -> _Lease:
         """The version `route` addresses, kept loaded until the block ends (else ServingError)."""
+        return _Lease(self, route)
+
+    def _take(self, route: p.Route) -> Version:
+        """The start of a lease (:class:`_Lease`)."""
         with self._lock:
             version = self._find(route)
             version.in_flight += 1
-        try:
-            yield version
-        finally:
-            with self._lock:
-                version.in_flight -= 1
-                done = version.state == UNLOADING and version.in_flight == 0
-            if done:
-                self._finish_unload(version)
+        return version
+
+    def _give_back(self, version: Version) -> None:
+        """The end of a lease (:class:`_Lease`): the last one of a version being unloaded
+        finishes its unload."""
+        with self._lock:
+            version.in_flight -= 1
+            done = version.state == UNLOADING and version.in_flight == 0
+        if done:
+            self._finish_unload(version)
 
     def check(self, route: p.Route) -> None:
         """ServingError now if `route` addresses nothing servable (before queueing a predict)."""
@@ -392,3 +397,23 @@ def warn_unavailable_labels(models: Iterable[Model]) -> None:
                     number,
                     model.spec.name,
                 )
+
+
+class _Lease:
+    """`with models.lease(route) as version:` (a class, not a generator: on every request)."""
+
+    __slots__ = ("_models", "_route", "_version")
+
+    def __init__(self, models: Models, route: p.Route) -> None:
+        self._models = models
+        self._route = route
+        self._version: Version | None = None
+
+    def __enter__(self) -> Version:
+        self._version = version = self._models._take(self._route)
+        return version
+
+    def __exit__(self, *exc: object) -> None:
+        version, self._version = self._version, None
+        if version is not None:
+            self._models._give_back(version)

@@ -95,18 +95,20 @@ class _Broken(Exception):
 class Lane:
     """One connection to the engine and its region."""
 
-    __slots__ = ("buffer", "region", "sock")
+    __slots__ = ("buffer", "pid", "region", "sock")
 
     def __init__(self, path: str, region_bytes: int) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         self.region: Region | None = None
         self.buffer = bytearray(MAX_MESSAGE)
+        #: This process's (a lane is made after the fork and never crosses one).
+        self.pid = os.getpid()
         try:
             self.sock.settimeout(HANDSHAKE)  # an engine that does not answer is as one gone
             self.sock.connect(path)
             self.region = Region.create(region_bytes)
             socket.send_fds(
-                self.sock, [wire.dumps(("hello", PROTOCOL, os.getpid(), self.region.size))],
+                self.sock, [wire.dumps(("hello", PROTOCOL, self.pid, self.region.size))],
                 [self.region.fd],
             )  # fmt: skip
             reply = wire.loads(self.sock.recv(MAX_MESSAGE) or b"\x00")
@@ -138,7 +140,7 @@ class Lane:
             slots, reply_at, fds = layout.write(oneoff.view), 0, [oneoff.fd]
         used = layout.end
         try:
-            message = wire.dumps((op, args, slots, reply_at, deadline, os.getpid()))
+            message = wire.dumps((op, args, slots, reply_at, deadline, self.pid))
             if len(message) > MAX_MESSAGE:
                 raise ServingError(Code.INTERNAL, f"a {op} message of {len(message)} bytes")
             try:

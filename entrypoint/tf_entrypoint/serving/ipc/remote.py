@@ -26,8 +26,7 @@ import marshal
 import pickle
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tf_entrypoint.serving.core import types as p
@@ -183,6 +182,12 @@ class RemoteVersion:
         self.number = description.number
         self.servable: RemoteServable | None = RemoteServable(self)
 
+    def __enter__(self) -> RemoteVersion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
     @property
     def metadata(self) -> bytes:
         return self.description.metadata
@@ -265,9 +270,10 @@ class RemoteModels:
             return known[1]
         return self.learn(route, self._control("describe", route_args(route)))
 
-    @contextmanager
-    def lease(self, route: p.Route) -> Iterator[RemoteVersion]:
-        yield RemoteVersion(self, route, self._describe(route))
+    def lease(self, route: p.Route) -> RemoteVersion:
+        """`with models.lease(route) as version:` (the engine leases for each run: a
+        RemoteVersion is its own context manager, nothing to give back)."""
+        return RemoteVersion(self, route, self._describe(route))
 
     def check(self, route: p.Route) -> None:
         self._describe(route)

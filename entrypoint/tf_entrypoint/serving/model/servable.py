@@ -162,6 +162,9 @@ class OutputValues(Sequence[Any]):
             yield from _python_values(self._flat[start : start + CHUNK], self._kind)
 
     def tolist(self) -> list[Any]:
+        flat = self._flat
+        if flat.size <= CHUNK:  # most answers: one conversion, no slicing
+            return _python_values(flat, self._kind)
         values: list[Any] = []
         for start in range(0, len(self), CHUNK):
             values.extend(_python_values(self._flat[start : start + CHUNK], self._kind))
