@@ -31,8 +31,11 @@ IMAGE_FLAVORS = ("cpu",)
 #: drain.EXIT_MARGIN: the server exits at most this long after the grace period ends.
 EXIT_MARGIN = 1.0
 #: Time the host adds to a stop it measures: the signal through Docker and
-#: tini, and Docker noticing the exit (generous: the machine may be loaded).
-DOCKER_SLACK = 2.0
+#: tini, and Docker noticing the exit. Generous: on the 2-core CI machine, with
+#: four workers, a stop the server's own log put at 2.4 s after the drain began
+#: took 6.5 s from the host's side (the bound was then 5 s). The server's own
+#: timing is asserted tightly from its log (grace + EXIT_MARGIN, each process).
+DOCKER_SLACK = 4.0
 STOPPED = "The server stopped before the request finished"
 TIGHT = """
 max_batch_size { value: 1 }
