@@ -182,13 +182,18 @@ def write_models(spec: ServerSpec, library: ModelLibrary, root: Path) -> Path:
     return root
 
 
+def switched_frontends(spec: ServerSpec) -> str:
+    """The front-ends FRONTENDS_SWITCH gives a server of `spec` ("": none, or its spec
+    sets SERVE_FRONTENDS itself)."""
+    frontends = os.environ.get(FRONTENDS_SWITCH, "")
+    return "" if "SERVE_FRONTENDS" in dict(spec.env) else frontends
+
+
 def cpus_of(spec: ServerSpec) -> float:
     """The CPUs a server of `spec` runs under: its own, or at least N under FRONTENDS_SWITCH
     (unless its spec sets SERVE_FRONTENDS)."""
-    frontends = os.environ.get(FRONTENDS_SWITCH, "")
-    if frontends and "SERVE_FRONTENDS" not in dict(spec.env):
-        return max(spec.cpus, float(frontends))
-    return spec.cpus
+    frontends = switched_frontends(spec)
+    return max(spec.cpus, float(frontends)) if frontends else spec.cpus
 
 
 @contextmanager
@@ -204,8 +209,8 @@ def started(
         options["entrypoint"] = list(spec.entrypoint)
     environment = dict(spec.env)
     cpus = cpus_of(spec)
-    frontends = os.environ.get(FRONTENDS_SWITCH, "")
-    if frontends and "SERVE_FRONTENDS" not in environment:  # the whole tier in that shape
+    frontends = switched_frontends(spec)
+    if frontends:  # the whole tier in that shape
         environment["SERVE_FRONTENDS"] = frontends
     if environment:
         options["environment"] = environment

@@ -87,20 +87,10 @@ def test_a_bug_in_the_model_manager_stops_the_server_with_exit_1(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [
-        "--model_base_path",
-        str(tmp_path / "model"),
-        "--rest_api_port",
-        str(port),
-        "--port",
-        "0",
-        "--host",
-        "127.0.0.1",
-        "--wait-for-model",
-        "5",
-        "--frontends",
-        "1",
-    ]  # fmt: skip  (one process whatever the host's CPUs)
+    # --frontends 1: one process, whatever the host's CPUs.
+    argv = ["--model_base_path", str(tmp_path / "model"), "--rest_api_port", str(port),
+            "--port", "0", "--host", "127.0.0.1", "--wait-for-model", "5",
+            "--frontends", "1"]  # fmt: skip
     exits: list[int] = []
     thread = threading.Thread(target=lambda: exits.append(server.main(argv)), daemon=True)
     thread.start()
