@@ -160,6 +160,29 @@ def test_rule(rule: str) -> None:
     assert broken(rule) == [], rule
 
 
+#: What only the core's one call does (core/calls.py): lease a version, record the
+#: inference's timing and TF Serving's metrics.
+CORE_CALL_ONLY = frozenset(
+    ("lease", "observe_inference", "runtime_done", "request_done", "examples_counted")
+)
+
+
+def test_transports_make_one_core_call() -> None:
+    """A transport decodes, calls the core (ServingCore.call) and encodes: it never
+    leases a version or records the core's metrics itself (docs/architecture.md)."""
+    found = []
+    for peer in sorted(transports()):
+        for path in sorted((SERVING / peer).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in CORE_CALL_ONLY
+                ):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}: .{node.func.attr}()")
+    assert found == []
+
+
 def test_no_module_over_600_lines() -> None:
     long = {
         str(path.relative_to(REPO)): n

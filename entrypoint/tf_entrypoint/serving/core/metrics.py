@@ -1,9 +1,16 @@
-"""Prometheus metrics of the model server (one registry per application)."""
+"""Prometheus metrics of the model server (one registry per process).
+
+The core's series are transport-neutral: inference time by model, admission,
+batching, the models' lifecycle, and TF Serving's own metrics (tfs_metrics.py,
+with canonical codes). Each transport adds its own on the same registry
+(:meth:`Metrics.transport`): REST's by HTTP status (rest/metrics.py), gRPC's
+by method and code (grpc/metrics.py).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,6 +27,8 @@ from tf_entrypoint.serving.core.batching import BatchHooks
 from tf_entrypoint.serving.core.metrics_merge import Snapshot, snapshot
 from tf_entrypoint.serving.core.model_specs import ModelPath
 from tf_entrypoint.serving.core.tfs_metrics import TFServingMetrics
+
+T = TypeVar("T")
 
 #: Seconds; from a cache-hot tiny model to a request that hits the timeout.
 LATENCY_BUCKETS = (
@@ -42,11 +51,6 @@ LATENCY_BUCKETS = (
 LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: Rows in one batched TensorFlow call (padding included).
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-#: Values of the `api` label: a fixed set, whatever URLs clients send.
-APIS = ("predict", "metadata", "status", "health", "metrics", "other")
-#: Values of the `protocol` label: TF Serving's API (REST /v1/, tensorflow.serving
-#: gRPC services) and the Open Inference Protocol (REST /v2/, inference.GRPCInferenceService).
-PROTOCOLS = ("v1", "v2")
 
 
 class Metrics:
@@ -59,54 +63,22 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
-        #: The series of the request metrics by label values, looked up once each
-        #: (prometheus_client's labels() checks and locks on every call).
-        self._rest_series: dict[tuple[str, int, str, str], tuple[Any, Any, Any]] = {}
-        self._grpc_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        #: The inference series by model, looked up once each (prometheus_client's
+        #: labels() checks and locks on every call).
         self._inference_series: dict[str, Any] = {}
         #: With several processes (serving/processes.py): makes the two pages of all of
         #: them, (ours, TF Serving's); None: this process's own.
         self.pages: Callable[[], tuple[bytes, bytes]] | None = None
         self.registry = CollectorRegistry()
+        #: Each transport's own series (rest/metrics.py, grpc/metrics.py), made once.
+        self._transports: dict[str, object] = {}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         r = self.registry
-        self.requests = Counter(
-            "serving_requests",
-            "HTTP requests answered, by API, status code, model and protocol.",
-            ["api", "code", "model", "protocol"],
-            registry=r,
-        )
-        self.errors = Counter(
-            "serving_request_errors",
-            "Requests answered with an error: kind=client (4xx) or server (5xx).",
-            ["api", "kind", "model", "protocol"],
-            registry=r,
-        )
-        self.latency = Histogram(
-            "serving_request_duration_seconds",
-            "Time from request received to response ready, by API, model and protocol.",
-            ["api", "model", "protocol"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
         self.inference = Histogram(
             "serving_inference_duration_seconds",
             "Time inside TensorFlow per successful predict, by model.",
             ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.grpc_requests = Counter(
-            "serving_grpc_requests",
-            "gRPC calls answered, by method, status code, model and protocol.",
-            ["method", "code", "model", "protocol"],
-            registry=r,
-        )
-        self.grpc_latency = Histogram(
-            "serving_grpc_request_duration_seconds",
-            "Time from gRPC call received to response ready, by method, model and protocol.",
-            ["method", "model", "protocol"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -204,36 +176,15 @@ class Metrics:
             self.loads.labels(model, result)
         self.unloads.labels(model, "success")
 
-    def observe(
-        self, api: str, code: int, seconds: float, model: str = "", protocol: str = "v1"
-    ) -> None:
-        key = (api, code, model, protocol)
-        series = self._rest_series.get(key)
-        if series is None:  # label values are bounded: APIS, statuses, models, PROTOCOLS
-            kind = "server" if code >= 500 else "client" if code >= 400 else None
-            series = self._rest_series[key] = (
-                self.requests.labels(api, str(code), model, protocol),
-                None if kind is None else self.errors.labels(api, kind, model, protocol),
-                self.latency.labels(api, model, protocol),
-            )
-        requests, errors, latency = series
-        requests.inc()
-        if errors is not None:
-            errors.inc()
-        latency.observe(seconds)
+    def transport(self, name: str, make: Callable[[CollectorRegistry], T]) -> T:
+        """Transport `name`'s own series on this registry, made by `make` the first time.
 
-    def observe_grpc(
-        self, method: str, code: str, seconds: float, model: str = "", protocol: str = "v1"
-    ) -> None:
-        key = (method, code, model, protocol)
-        series = self._grpc_series.get(key)
-        if series is None:
-            series = self._grpc_series[key] = (
-                self.grpc_requests.labels(method, code, model, protocol),
-                self.grpc_latency.labels(method, model, protocol),
-            )
-        series[0].inc()
-        series[1].observe(seconds)
+        What only one transport has (HTTP statuses, gRPC methods) is counted
+        there, not here: the core's series are transport-neutral."""
+        found = self._transports.get(name)
+        if found is None:
+            found = self._transports[name] = make(self.registry)
+        return cast("T", found)
 
     def observe_inference(self, model: str, seconds: float) -> None:
         """Seconds inside TensorFlow for one successful predict (serving_inference_duration)."""
@@ -242,7 +193,7 @@ class Metrics:
             series = self._inference_series[model] = self.inference.labels(model)
         series.observe(seconds)
 
-    # -- TF Serving's metrics (the REST handler and the gRPC servicer call these)
+    # -- TF Serving's metrics (core/calls.py records these for every transport)
 
     def request_done(
         self, model_name: str, api: str, entrypoint: str, status: str, seconds: float

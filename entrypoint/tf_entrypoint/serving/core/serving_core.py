@@ -1,6 +1,7 @@
 """`ServingCore`: what every transport receives (docs/architecture.md, "The model server").
 
-It holds the models (the manager), the inference workers and their admission
+It holds the models (the manager), the one call a transport makes per request
+(`call`: core/calls.py), the inference workers and their admission
 (--max-queue), the metrics, the memory limits per request and the drain's
 state (draining, the cut-off). `main` builds it from the configuration, then
 builds each enabled transport on top of it; the transports never build one.
@@ -14,6 +15,7 @@ from collections.abc import Callable
 
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import InferencePool
+from tf_entrypoint.serving.core.calls import CoreCalls
 from tf_entrypoint.serving.core.drain import CutOff
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.metrics import Metrics
@@ -43,6 +45,8 @@ class ServingCore:
     ) -> None:
         self.manager = manager
         self.metrics = metrics
+        #: The one call a transport makes per request (core/calls.py).
+        self.call = CoreCalls(manager, metrics)
         self.pool = pool
         #: --max-body-bytes and the JSON conversion slots, for every request handler.
         self.limits = limits
@@ -87,6 +91,4 @@ class ServingCore:
 
     def model_label(self, route: p.Route | None) -> str:
         """The metrics' `model` label: a configured model's name, else ""."""
-        if route is not None and route.model in self.manager.models():
-            return route.model
-        return ""
+        return self.call.model_label(route)

@@ -130,10 +130,6 @@ def values_list(values: Sequence[Any]) -> list[Any]:
     return values if isinstance(values, list) else list(values)
 
 
-def error_body(message: str) -> dict[str, str]:
-    return {"error": message}
-
-
 def format_shape(shape: Sequence[int] | None) -> str:
     return "[?]" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -159,41 +155,3 @@ class VersionStatus:
     state: str
     error_code: str = "OK"
     error_message: str = ""
-
-
-def status_body(versions: Sequence[VersionStatus]) -> dict[str, Any]:
-    return {
-        "model_version_status": [
-            {
-                "version": str(v.version),
-                "state": v.state,
-                "status": {"error_code": v.error_code, "error_message": v.error_message},
-            }
-            for v in versions
-        ]
-    }
-
-
-def tensor_info(spec: TensorSpec) -> dict[str, Any]:
-    """A TensorInfo as TF Serving's REST metadata writes it: fields in field order."""
-    dims = [] if spec.shape is None else [{"size": str(d), "name": ""} for d in spec.shape]
-    return {
-        "name": spec.tensor_name,
-        "dtype": spec.dtype,
-        "tensor_shape": {"dim": dims, "unknown_rank": spec.shape is None},
-    }
-
-
-def signature_def_map_json(signatures: Mapping[str, Signature]) -> dict[str, Any]:
-    """A SignatureDefMap as TF Serving's REST metadata writes it, from what `signatures`
-    hold (metadata.py writes a servable's own SignatureDefs, when it has them)."""
-    defs = {
-        name: {
-            "inputs": {key: tensor_info(spec) for key, spec in sorted(sig.inputs.items())},
-            "outputs": {key: tensor_info(spec) for key, spec in sorted(sig.outputs.items())},
-            "method_name": sig.method_name,
-            "defaults": {},
-        }
-        for name, sig in sorted(signatures.items())
-    }
-    return {"signature_def": defs}

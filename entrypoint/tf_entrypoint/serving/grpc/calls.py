@@ -41,6 +41,7 @@ from tf_entrypoint.serving.core.errors import (
 )
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
+from tf_entrypoint.serving.grpc.metrics import GrpcMetrics
 
 log = logging.getLogger("tf_entrypoint.serving")
 
@@ -65,12 +66,10 @@ METHODS = (
     "ProfilerService",
     *V2_METHODS,
 )
-#: gRPC method -> TF Serving's runtime_latency `API` (request_count/latency use the method).
-INFERENCE_METHODS = {
-    monitoring.API_GRPC_PREDICT: monitoring.RUNTIME_API_PREDICT,
-    monitoring.API_GRPC_CLASSIFY: monitoring.RUNTIME_API_CLASSIFY,
-    monitoring.API_GRPC_REGRESS: monitoring.RUNTIME_API_REGRESS,
-}
+#: The gRPC methods TF Serving's request_count and request_latency count (by method name).
+TFS_METHODS = frozenset(
+    (monitoring.API_GRPC_PREDICT, monitoring.API_GRPC_CLASSIFY, monitoring.API_GRPC_REGRESS)
+)
 
 
 #: Bytes a status message may take on the wire. grpc percent-encodes the
@@ -150,7 +149,10 @@ class Calls:
         self.state = state
         self.config = config
         self.manager = state.manager
-        self.metrics = state.metrics
+        #: The one call into the core per request (core/calls.py).
+        self.core = state.call
+        #: gRPC's own series (by method and code); the core counts the rest.
+        self.metrics = GrpcMetrics.of(state.metrics)
         #: Calls whose message did not arrive in time: logged, a line at most every minute.
         self.late = LateMessages()
 
@@ -233,7 +235,7 @@ class Calls:
                 request = invalid_argument(request.message)
             if isinstance(request, ERRORS):
                 if request.refusal is Refusal.AT_CAPACITY:
-                    self.metrics.rejected.inc()
+                    self.state.metrics.rejected.inc()
                 self.observe(method, code_name(request), started, None)
                 await abort(context, code_name(request), request.message)
             return await handle(request, admission)
@@ -317,20 +319,13 @@ class Calls:
             raise
 
     def observe(self, method: str, code: str, started: float, route: p.Route | None) -> None:
+        """Count one call: by method here, by canonical code in the core (TF Serving's
+        request_count counts Predict, Classify and Regress only)."""
         seconds = time.perf_counter() - started
-        model = self.state.model_label(route)
         protocol = "v2" if method in V2_METHODS else "v1"
-        self.metrics.observe_grpc(method, code, seconds, model, protocol)
-        if method in INFERENCE_METHODS:  # TF Serving counts these three only
-            self.metrics.request_done(model, method, monitoring.ENTRYPOINT_GRPC, code, seconds)
-
-    def observe_inference(self, method: str, route: p.Route, seconds: float) -> None:
-        """Seconds inside TensorFlow for one successful Predict, Classify, Regress or
-        ModelInfer (TF Serving's runtime_latency counts the first three only)."""
-        model = self.state.model_label(route)
-        self.metrics.observe_inference(model, seconds)
-        if method in INFERENCE_METHODS:
-            self.metrics.runtime_done(model, INFERENCE_METHODS[method], seconds)
+        self.metrics.observe(method, code, seconds, self.state.model_label(route), protocol)
+        if method in TFS_METHODS:
+            self.core.answered(route, method, monitoring.ENTRYPOINT_GRPC, code, seconds)
 
 
 class Eviction:

@@ -14,7 +14,6 @@ are codec/v2_proto.py's, the tensors codec/v2_tensor.py's.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import grpc
@@ -25,8 +24,10 @@ from tf_entrypoint.serving.codec import v2_tensor
 from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.calls import Ask
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import Decoded
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.grpc.calls import Calls, Context
 
 #: The platform a model's metadata names (KServe's name for a TensorFlow SavedModel).
@@ -121,11 +122,14 @@ class InferenceService:
     async def ModelMetadata(self, request: Any, context: Context) -> Any:
         def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101
-            manager = self.h.manager
-            with manager.lease(route) as version:
-                servable = _servable(version)
-                signature = servable.signatures[inference.unnamed_signature(None, servable)]
-            versions = manager.readiness()[1].get(route.model, [])  # the ones that may be asked for
+            signature = self.h.core.signatures(
+                route,
+                lambda _, servable: servable.signatures[
+                    inference.unnamed_signature(None, servable)
+                ],
+            )
+            # the versions that may be asked for
+            versions = self.h.manager.readiness()[1].get(route.model, [])
             response = pb.ModelMetadataResponse(
                 name=route.model, versions=[str(v) for v in versions], platform=PLATFORM
             )
@@ -171,20 +175,22 @@ class InferenceService:
         )
 
     def _infer(self, route: p.Route, request: Any) -> Any:
-        """On a worker (or inline): the version is chosen now, as for Predict."""
-        with self.h.manager.lease(route) as version:
-            servable = _servable(version)
+        """On a worker (or inline): one core call; the version is chosen then, as for Predict."""
+        expansion = self.h.state.limits.expansion
+        wanted = [output.name for output in request.outputs]
+
+        def decode(servable: Servable) -> Ask[None]:
             signatures = servable.signatures
             name = inference.signature_of(_parameters(request), servable)
-            tensors = _inputs(request, signatures[name], self.h.state.limits.expansion)
-            wanted = [output.name for output in request.outputs]
+            tensors = _inputs(request, signatures[name], expansion)
             v2_tensor.check_outputs(signatures[name].outputs, wanted)
-            started = time.perf_counter()
-            name, outputs = inference.predict(servable, name, Decoded(tensors), wanted)
-            self.h.observe_inference("ModelInfer", route, time.perf_counter() - started)
-            response = pb.ModelInferResponse(
-                model_name=route.model, model_version=str(version.number), id=request.id
-            )
+            return Ask(name, Decoded(tensors), None, wanted)
+
+        predicted = self.h.core.predict(route, "ModelInfer", decode)
+        outputs = predicted.outputs
+        response = pb.ModelInferResponse(
+            model_name=route.model, model_version=str(predicted.version), id=request.id
+        )
         for alias in wanted or sorted(outputs):
             tensor = outputs[alias]
             response.outputs.add(
@@ -195,12 +201,6 @@ class InferenceService:
             except ServingError as err:
                 raise invalid_argument(f"output '{alias}': {err.message}") from None
         return response
-
-
-def _servable(version: Any) -> Any:
-    servable = version.servable
-    assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-    return servable
 
 
 def add_inference_service(service: InferenceService, server: Any) -> None:

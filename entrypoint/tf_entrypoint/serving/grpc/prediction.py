@@ -16,7 +16,6 @@ TF Serving's multi_inference.cc (docs/tf-serving.md).
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -31,11 +30,12 @@ from tensorflow_serving.apis import (
 )
 
 from tf_entrypoint.serving.codec import example_proto, metadata, tensor_proto
-from tf_entrypoint.serving.core import inference
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.calls import Ask
 from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.models import Leased
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.grpc.calls import Calls, Context, route_of, route_of_spec
 
 
@@ -100,20 +100,26 @@ class PredictionService:
         return await self.h.call("Predict", lambda: route_of("predict", request), context, answer)
 
     def _predict(self, route: p.Route, request: Any) -> Any:
-        """On a worker: choose the version now (a swap may have happened while queued)."""
-        with self.h.manager.lease(route) as version:
-            servable = _servable(version)
-            started = time.perf_counter()
-            inputs = tensor_proto.ProtoInputs(request.inputs, self.h.state.limits.expansion)
-            name, outputs = inference.predict(
-                servable, request.model_spec.signature_name, inputs, list(request.output_filter)
+        """On a worker: one core call (the version is chosen then: a swap may have
+        happened while the call was queued)."""
+        expansion = self.h.state.limits.expansion
+
+        def decode(_: object) -> Ask[None]:
+            return Ask(
+                request.model_spec.signature_name,
+                tensor_proto.ProtoInputs(request.inputs, expansion),
+                None,
+                list(request.output_filter),
             )
-            protos = {alias: tensor_proto.as_proto_field(alias, t) for alias, t in outputs.items()}
-            self.h.observe_inference("Predict", route, time.perf_counter() - started)
-            response = predict_pb2.PredictResponse()
-            _model_spec(response.model_spec, route.model, version.number, name)
-            for alias, proto in protos.items():
-                response.outputs[alias].CopyFrom(proto)
+
+        predicted = self.h.core.predict(route, "Predict", decode)
+        protos = {
+            alias: tensor_proto.as_proto_field(alias, t) for alias, t in predicted.outputs.items()
+        }
+        response = predict_pb2.PredictResponse()
+        _model_spec(response.model_spec, route.model, predicted.version, predicted.signature_name)
+        for alias, proto in protos.items():
+            response.outputs[alias].CopyFrom(proto)
         return response
 
     async def GetModelMetadata(self, request: Any, context: Context) -> Any:
@@ -127,17 +133,7 @@ class PredictionService:
             for field in fields:
                 if field != "signature_def":
                     raise invalid_argument(f"Metadata field {field} is not supported")
-            with self.h.manager.lease(route) as version:
-                response = get_model_metadata_pb2.GetModelMetadataResponse()
-                _model_spec(response.model_spec, route.model, version.number, "")
-                servable = _servable(version)
-                packed = response.metadata["signature_def"]
-                if servable.signature_def_map:  # the SavedModel's own, as they are
-                    packed.type_url = metadata.TYPE_URL
-                    packed.value = servable.signature_def_map
-                else:
-                    packed.Pack(signature_def_map(servable.signatures))
-            return response
+            return self.h.core.signatures(route, functools.partial(_metadata_response, route.model))
 
         return await self.h.call(
             "GetModelMetadata", lambda: route_of("metadata", request), context, answer
@@ -174,21 +170,16 @@ class PredictionService:
             request.input, limit=self.h.state.limits.expansion
         )
         name = request.model_spec.signature_name or p.DEFAULT_SIGNATURE
-        with self.h.manager.lease(route) as version:
-            servable = _servable(version)
-            started = time.perf_counter()
-            if kind == "classify":
-                classes = inference.classify(servable, name, serialized)
-                response = classification_pb2.ClassificationResponse()
-                _classifications(response.result, classes)
-            else:
-                values = inference.regress(servable, name, serialized)
-                response = regression_pb2.RegressionResponse()
-                for value in values:
-                    response.result.regressions.add(value=value)
-            method = "Classify" if kind == "classify" else "Regress"
-            self.h.observe_inference(method, route, time.perf_counter() - started)
-            _model_spec(response.model_spec, route.model, version.number, name)
+        if kind == "classify":
+            number, classes = self.h.core.classify(route, name, serialized)
+            response = classification_pb2.ClassificationResponse()
+            _classifications(response.result, classes)
+        else:
+            number, values = self.h.core.regress(route, name, serialized)
+            response = regression_pb2.RegressionResponse()
+            for value in values:
+                response.result.regressions.add(value=value)
+        _model_spec(response.model_spec, route.model, number, name)
         return response
 
     async def MultiInference(
@@ -212,22 +203,17 @@ class PredictionService:
             request.input, limit=self.h.state.limits.expansion
         )
         tasks = example_proto.tasks_of(request)
-        with self.h.manager.lease(route) as version:
-            started = time.perf_counter()
-            results = inference.multi_inference(_servable(version), tasks, serialized)
-            model = self.h.state.model_label(route)
-            self.h.metrics.observe_inference(model, time.perf_counter() - started)
-            self.h.metrics.examples_counted(model, len(serialized))
-            response = inference_pb2.MultiInferenceResponse()
-            for task, result in zip(tasks, results, strict=True):
-                entry = response.results.add()
-                name = task.signature_name or p.DEFAULT_SIGNATURE
-                _model_spec(entry.model_spec, task.model, version.number, name)
-                if task.method_name == p.CLASSIFY_METHOD:
-                    _classifications(entry.classification_result, cast("Classes", result))
-                else:
-                    for value in cast("list[float]", result):
-                        entry.regression_result.regressions.add(value=value)
+        number, results = self.h.core.multi_inference(route, tasks, serialized)
+        response = inference_pb2.MultiInferenceResponse()
+        for task, result in zip(tasks, results, strict=True):
+            entry = response.results.add()
+            name = task.signature_name or p.DEFAULT_SIGNATURE
+            _model_spec(entry.model_spec, task.model, number, name)
+            if task.method_name == p.CLASSIFY_METHOD:
+                _classifications(entry.classification_result, cast("Classes", result))
+            else:
+                for value in cast("list[float]", result):
+                    entry.regression_result.regressions.add(value=value)
         return response
 
 
@@ -284,10 +270,17 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
     )
 
 
-def _servable(version: Leased) -> Any:
-    servable = version.servable
-    assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-    return servable
+def _metadata_response(model: str, version: Leased, servable: Servable) -> Any:
+    """GetModelMetadata's answer for a leased version: its SignatureDefMap, packed."""
+    response = get_model_metadata_pb2.GetModelMetadataResponse()
+    _model_spec(response.model_spec, model, version.number, "")
+    packed = response.metadata["signature_def"]
+    if servable.signature_def_map:  # the SavedModel's own, as they are
+        packed.type_url = metadata.TYPE_URL
+        packed.value = servable.signature_def_map
+    else:
+        packed.Pack(signature_def_map(servable.signatures))
+    return response
 
 
 #: Per example, its classes (label, score): a classification's result.

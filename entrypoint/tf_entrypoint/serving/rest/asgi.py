@@ -21,13 +21,12 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.datastructures import State
 
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import Refused
 from tf_entrypoint.serving.core.errors import Code
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Receive, Scope
 from tf_entrypoint.serving.rest.cutoff import send_error
-from tf_entrypoint.serving.rest.errors import HTTP_STATUS, Answer, answer, http_status
+from tf_entrypoint.serving.rest.errors import HTTP_STATUS, Answer, answer, error_body, http_status
 from tf_entrypoint.serving.rest.handlers import Endpoints
 from tf_entrypoint.serving.rest.v2 import PROTOCOL as V2
 from tf_entrypoint.serving.rest.v2 import V2Endpoints
@@ -95,7 +94,7 @@ class RestApp:
             return
         except Exception as err:  # a bug of ours: logged, answered 500, never hidden
             log.error("internal error on %s %s", scope["method"], scope["path"], exc_info=err)
-            result = answer(500, p.error_body(f"Internal error: {type(err).__name__}"))
+            result = answer(500, error_body(f"Internal error: {type(err).__name__}"))
             self.endpoints.metrics.observe("other", 500, 0.0, "", protocol)
         await respond(send, result, head=scope["method"] == "HEAD")
 

@@ -24,9 +24,9 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from tf_entrypoint.serving.codec.json_values import encode
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.rest.asgi import RestApp, Send
 from tf_entrypoint.serving.rest.body import Receive, Scope
+from tf_entrypoint.serving.rest.errors import error_body
 
 #: The headers TF Serving adds (AddCORSHeaders), in its order; Allow-Headers names
 #: the two request headers this server reads beyond TF Serving's.
@@ -66,7 +66,7 @@ async def preflight(scope: Scope, send: Send) -> None:
     if _ORIGIN.search(origin):
         status, body, headers = 200, b"", list(HEADERS)
     else:  # TF Serving's FAILED_PRECONDITION, a 400 (its body is empty; here it names why)
-        status, body = 400, encode(p.error_body(MISSING_ORIGIN))
+        status, body = 400, encode(error_body(MISSING_ORIGIN))
         headers = [*HEADERS, (b"content-type", b"application/json")]
     headers.append((b"content-length", str(len(body)).encode("latin-1")))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -7,10 +7,9 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.drain import CutOff, Refused
 from tf_entrypoint.serving.core.errors import Code
-from tf_entrypoint.serving.rest.errors import HTTP_STATUS, http_status
+from tf_entrypoint.serving.rest.errors import HTTP_STATUS, error_body, http_status
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -55,7 +54,7 @@ class CutOffMiddleware:
 
 
 async def send_error(send: Send, status: int, message: str) -> None:
-    body = json.dumps(p.error_body(message)).encode()
+    body = json.dumps(error_body(message)).encode()
     await send(
         {
             "type": "http.response.start",

@@ -9,7 +9,6 @@ from typing import Any
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec.json_values import encode
-from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.errors import Code, Refusal, ServingError, log_server_fault
 
 #: What a request handler catches: the one error type.
@@ -56,6 +55,11 @@ class Answer:
     code: str = "OK"
 
 
+def error_body(message: str) -> dict[str, str]:
+    """TF Serving's JSON body of an error: {"error": message}."""
+    return {"error": message}
+
+
 def answer(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Answer:
     return Answer(status, encode(body), headers or {})
 
@@ -80,7 +84,7 @@ def error_answer(err: ServingError) -> Answer:
     """An error as TF Serving's JSON answer, with its status, headers and code (a
     server fault logged with its traceback: core/errors.py's log_server_fault)."""
     log_server_fault(err, "REST")
-    body = encode(p.error_body(err.message))
+    body = encode(error_body(err.message))
     return Answer(http_status(err), body, error_headers(err), err.code.name)
 
 

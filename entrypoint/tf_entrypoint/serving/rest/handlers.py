@@ -1,4 +1,4 @@
-"""The REST handlers: decode, call the core, encode; the health and metrics pages.
+"""The REST handlers: decode, call the core (core/calls.py), encode; the health and metrics pages.
 
 Nothing here blocks the event loop for long: JSON parsing, validation,
 inference and response encoding of a predict run together on a worker thread,
@@ -17,65 +17,67 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tf_entrypoint.serving.codec import json_examples, json_tensor, json_values
+from tf_entrypoint.serving.codec import metadata as metadata_json
 from tf_entrypoint.serving.config import ServeConfig
-from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import INLINE_MAX_REQUEST_BYTES, Admission
+from tf_entrypoint.serving.core.calls import Ask, CoreCalls
 from tf_entrypoint.serving.core.deadlines import within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.models import ModelTable
-from tf_entrypoint.serving.core.servable import Pending
+from tf_entrypoint.serving.core.servable import Pending, Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
-from tf_entrypoint.serving.rest.errors import ERRORS, Answer, answer, error_answer, respond
+from tf_entrypoint.serving.rest.errors import (
+    ERRORS,
+    Answer,
+    answer,
+    error_answer,
+    error_body,
+    respond,
+)
+from tf_entrypoint.serving.rest.metrics import RestMetrics
 from tf_entrypoint.serving.rest.routes import parse_route, path_as_sent
 
 log = logging.getLogger("tf_entrypoint.serving")
 
 
-#: A REST verb -> the `API` label of TF Serving's runtime_latency.
-_RUNTIME_APIS = {
-    monitoring.API_REST_PREDICT: monitoring.RUNTIME_API_PREDICT,
-    monitoring.API_REST_CLASSIFY: monitoring.RUNTIME_API_CLASSIFY,
-    monitoring.API_REST_REGRESS: monitoring.RUNTIME_API_REGRESS,
+#: A REST verb -> TF Serving's `API` label of request_count and request_latency.
+_TFS_APIS = {
+    "predict": monitoring.API_REST_PREDICT,
+    "classify": monitoring.API_REST_CLASSIFY,
+    "regress": monitoring.API_REST_REGRESS,
 }
 
 
 def status(manager: ModelTable, route: p.Route) -> Answer:
     """GET /v1/models/NAME[/versions/N|/labels/L]."""
     try:
-        return answer(200, p.status_body(manager.status(route)))
+        return answer(200, metadata_json.status_body(manager.status(route)))
     except ERRORS as err:
         return error_answer(err)
 
 
-def metadata(manager: ModelTable, route: p.Route) -> Answer:
-    """GET /v1/models/NAME[/versions/N|/labels/L]/metadata."""
+def metadata(call: CoreCalls, route: p.Route) -> Answer:
+    """GET /v1/models/NAME[/versions/N|/labels/L]/metadata (encoded when the version loaded)."""
     try:
-        with manager.lease(route) as version:
-            return Answer(200, version.metadata, {})
+        return Answer(200, call.signatures(route, lambda version, _: version.metadata), {})
     except ERRORS as err:
         return error_answer(err)
 
 
-def inference(
-    manager: ModelTable,
-    route: p.Route,
-    body: Body,
-    observe_inference: Callable[[float], None],
-    limits: RequestLimits,
-) -> Answer:
+def inference(call: CoreCalls, route: p.Route, body: Body, limits: RequestLimits) -> Answer:
     """POST ...:predict, :classify or :regress (by route.kind). Blocking: run it on a worker.
 
     The JSON body is parsed, and the JSON answer written, while holding one
@@ -84,47 +86,36 @@ def inference(
     """
     run = _classify_or_regress if route.kind in ("classify", "regress") else _predict
     try:
-        return run(manager, route, body, observe_inference, limits)
+        return run(call, route, body, limits)
     except ERRORS as err:
         return error_answer(err)
 
 
-def _predict(
-    manager: ModelTable,
-    route: p.Route,
-    body: Body,
-    observe_inference: Callable[[float], None],
-    limits: RequestLimits,
-) -> Answer:
-    """POST /v1/models/NAME[/versions/N|/labels/L]:predict. Blocking: run it on a worker.
+def _decoder(
+    body: Body, limits: RequestLimits
+) -> Callable[[Servable], Ask[json_tensor.RequestFormat]]:
+    """A predict's JSON body parsed for the leased version's signatures (a request that
+    waited in the queue during a swap is read for the version that runs it)."""
 
-    The version is chosen here, on the worker, so a request that waited in
-    the queue during a swap runs on the newest version; the lease keeps that
-    version loaded until the answer is ready.
-    """
-    with manager.lease(route) as version:
-        servable = version.servable
-        assert servable is not None  # noqa: S101 - AVAILABLE versions have one
+    def decode(servable: Servable) -> Ask[json_tensor.RequestFormat]:
         with limits.slot():
             request = json_tensor.parse_predict_request(
                 json_values.parse_json_object(body.take()), servable.signatures
             )
-        name, request_format, inputs = request.signature_name, request.format, request.inputs
-        del request
-        started = time.perf_counter()
-        name, outputs = core_inference.predict(servable, name, Decoded(inputs), rest=True)
-        observe_inference(time.perf_counter() - started)
-        del inputs
+        return Ask(request.signature_name, Decoded(request.inputs), request.format, rest=True)
+
+    return decode
+
+
+def _predict(call: CoreCalls, route: p.Route, body: Body, limits: RequestLimits) -> Answer:
+    """POST /v1/models/NAME[/versions/N|/labels/L]:predict. Blocking: run it on a worker."""
+    predicted = call.predict(route, "Predict", _decoder(body, limits))
     with limits.slot():
-        return Answer(200, json_tensor.predict_json(request_format, outputs), {})
+        return Answer(200, json_tensor.predict_json(predicted.note, predicted.outputs), {})
 
 
 def _classify_or_regress(
-    manager: ModelTable,
-    route: p.Route,
-    body: Body,
-    observe_inference: Callable[[float], None],
-    limits: RequestLimits,
+    call: CoreCalls, route: p.Route, body: Body, limits: RequestLimits
 ) -> Answer:
     """POST /v1/models/NAME[/versions/N|/labels/L]:classify or :regress. Blocking.
 
@@ -133,19 +124,16 @@ def _classify_or_regress(
     """
     with limits.slot():
         request = json_examples.parse_examples_request(body.take(), limit=limits.expansion)
-    with manager.lease(route) as version:
-        servable = version.servable
-        assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-        started = time.perf_counter()
-        if route.kind == "classify":
-            classes = core_inference.classify(servable, request.signature_name, request.examples)
-        else:
-            values = core_inference.regress(servable, request.signature_name, request.examples)
-        observe_inference(time.perf_counter() - started)
+    name, examples = request.signature_name, request.examples
     del request
-    with limits.slot():
-        if route.kind == "classify":
+    if route.kind == "classify":
+        _, classes = call.classify(route, name, examples)
+        del examples
+        with limits.slot():
             return Answer(200, json_examples.classify_json(classes), {})
+    _, values = call.regress(route, name, examples)
+    del examples
+    with limits.slot():
         return answer(200, json_examples.regress_response(values))
 
 
@@ -229,7 +217,8 @@ class Endpoints:
     def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
         self.config = config
-        self.metrics = state.metrics
+        #: REST's own series (by HTTP status); the core counts the rest.
+        self.metrics = RestMetrics.of(state.metrics)
 
     async def anything(self, request: Request) -> Response:
         # TF Serving matches /v1/ case-insensitively, so it is routed here by hand.
@@ -247,7 +236,10 @@ class Endpoints:
         try:
             route = parse_route(request.method, path_as_sent(request.scope))
             api = route.kind
-            result = (status if route.kind == "status" else metadata)(manager, route)
+            if route.kind == "status":
+                result = status(manager, route)
+            else:
+                result = metadata(self.state.call, route)
         except ERRORS as err:
             result = error_answer(err)
         self.finish(api, route, result, started)
@@ -278,8 +270,6 @@ class Endpoints:
             except BaseException:
                 admission.release()
                 raise
-            model = state.model_label(route)
-            observe = functools.partial(self._inference_done, model, _RUNTIME_APIS[route.kind])
             if (
                 state.batching
                 and route.kind == "predict"
@@ -287,13 +277,11 @@ class Endpoints:
                 and state.limits.converting.acquire(blocking=False)  # never waits on the loop
             ):
                 try:
-                    result = await self._queued_predict(route, body, observe, admission)
+                    result = await self._queued_predict(route, body, admission)
                 finally:
                     admission.close()
             else:
-                work = functools.partial(
-                    inference, state.manager, route, body, observe, state.limits
-                )
+                work = functools.partial(inference, state.call, route, body, state.limits)
                 result = await state.pool.run(
                     work, config.request_timeout, admission, model=route.model, size=body.size
                 )
@@ -304,13 +292,7 @@ class Endpoints:
         self.finish(api, route, result, started)
         return result
 
-    async def _queued_predict(
-        self,
-        route: p.Route,
-        body: Body,
-        observe_inference: Callable[[float], None],
-        admission: Admission,
-    ) -> Answer:
+    async def _queued_predict(self, route: p.Route, body: Body, admission: Admission) -> Answer:
         """A predict with batching on, from the event loop: parsed here, queued for its
         batch (Servable.start), answered here when the batch thread has run it.
 
@@ -330,7 +312,6 @@ class Endpoints:
         expired = f"Request timed out after {timeout:g} s (--request-timeout)"
         loop = asyncio.get_running_loop()
         answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
-
         finished = _Finished()
 
         def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
@@ -338,65 +319,58 @@ class Endpoints:
             loop.call_soon_threadsafe(_settle, answered, outputs, error)
 
         held = True  # the JSON conversion slot the caller took, until the body is parsed
+
+        def decode(servable: Servable) -> Ask[json_tensor.RequestFormat]:
+            nonlocal held
+            try:
+                request = json_tensor.parse_predict_request(
+                    json_values.parse_json_object(body.take()), servable.signatures
+                )
+            finally:
+                held = False
+                state.limits.converting.release()
+            return Ask(request.signature_name, Decoded(request.inputs), request.format, rest=True)
+
+        async def start(
+            servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
+        ) -> dict[str, p.Tensor]:
+            queued = servable.start(
+                name, tensors, wanted, deadline=deadline, expired=expired, done=done
+            )
+            if queued is None:  # not batchable: run alone, on a worker
+                run = functools.partial(servable.run, name, tensors, wanted, batch=True)
+                return await state.pool.run(run, timeout, admission)
+            try:
+                return await within(answered, _remaining(deadline))
+            except TIMEOUT_ERRORS:
+                _hold_while_running(queued, finished, admission)
+                raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
+            except asyncio.CancelledError:
+                _hold_while_running(queued, finished, admission)
+                raise
+
         try:
-            with state.manager.lease(route) as version:
-                servable = version.servable
-                assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-                try:
-                    request = json_tensor.parse_predict_request(
-                        json_values.parse_json_object(body.take()), servable.signatures
-                    )
-                finally:
-                    held = False
-                    state.limits.converting.release()
-                request_format = request.format
-                name, tensors, wanted = core_inference.checked_predict(
-                    servable, request.signature_name, Decoded(request.inputs), rest=True
-                )
-                del request
-                started = time.perf_counter()
-                queued = servable.start(
-                    name, tensors, wanted, deadline=deadline, expired=expired, done=done
-                )
-                if queued is None:  # not batchable: run alone, on a worker
-                    run = functools.partial(servable.run, name, tensors, wanted, batch=True)
-                    del tensors
-                    outputs = await state.pool.run(run, timeout, admission)
-                else:
-                    del tensors
-                    try:
-                        outputs = await within(answered, _remaining(deadline))
-                    except TIMEOUT_ERRORS:
-                        _hold_while_running(queued, finished, admission)
-                        raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
-                    except asyncio.CancelledError:
-                        _hold_while_running(queued, finished, admission)
-                        raise
-                observe_inference(time.perf_counter() - started)
+            predicted = await state.call.predict_started(route, "Predict", decode, start)
         finally:
             if held:  # the version was gone before its body was parsed
                 state.limits.converting.release()
         return await _encoded(
-            state.limits, functools.partial(json_tensor.predict_json, request_format, outputs)
+            state.limits,
+            functools.partial(json_tensor.predict_json, predicted.note, predicted.outputs),
         )
 
     def finish(self, api: str, route: p.Route | None, result: Answer, started: float) -> None:
-        """Count one /v1/ request in the server's and TF Serving's metrics."""
+        """Count one /v1/ request: by HTTP status here, by canonical code in the core."""
         seconds = time.perf_counter() - started
-        model = self.state.model_label(route)
-        self.metrics.observe(api, result.status, seconds, model)
-        self.metrics.request_done(
-            model,
+        self.metrics.observe(api, result.status, seconds, self.state.model_label(route))
+        self.state.call.answered(
+            route,
             # TF Serving's `method`: the verb of a POST, "" for GETs and bad paths.
-            route.kind if route is not None and route.kind in _RUNTIME_APIS else "",
+            _TFS_APIS.get(route.kind, "") if route is not None else "",
             monitoring.ENTRYPOINT_REST,
             result.code,
             seconds,
         )
-
-    def _inference_done(self, model: str, runtime_api: str, seconds: float) -> None:
-        self.metrics.observe_inference(model, seconds)
-        self.metrics.runtime_done(model, runtime_api, seconds)
 
     async def healthz(self, request: Request) -> Response:
         return self._timed("health", answer(200, {"status": "alive"}))
@@ -422,21 +396,21 @@ class Endpoints:
 
     async def metrics_page(self, request: Request) -> Response:
         started = time.perf_counter()
-        page = await self._page(self.metrics.exposition)
+        page = await self._page(self.state.metrics.exposition)
         self.metrics.observe("metrics", 200, time.perf_counter() - started)
-        return Response(page, media_type=self.metrics.content_type)
+        return Response(page, media_type=self.state.metrics.content_type)
 
     async def tfserving_page(self, request: Request) -> Response:
         """TF Serving's Prometheus page (--monitoring_config_file)."""
         started = time.perf_counter()
-        page = await self._page(self.metrics.tfserving_page)
+        page = await self._page(self.state.metrics.tfserving_page)
         self.metrics.observe("metrics", 200, time.perf_counter() - started)
         return Response(page, media_type=monitoring.CONTENT_TYPE)
 
     async def _page(self, make: Callable[[], bytes]) -> bytes:
         """A metrics page: made here, or on a thread when it asks the other processes
         for theirs (--frontends: a call to the engine never holds the loop)."""
-        if self.metrics.pages is None:
+        if self.state.metrics.pages is None:
             return make()
         return await asyncio.to_thread(make)
 
@@ -447,10 +421,10 @@ class Endpoints:
     async def http_error(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         message = f"{status}: {request.method} {p.quote(request.url.path)}"
-        return self._timed("other", answer(status, p.error_body(message)))
+        return self._timed("other", answer(status, error_body(message)))
 
     async def internal_error(self, request: Request, exc: Exception) -> Response:
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return self._timed(
-            "other", answer(500, p.error_body(f"Internal error: {type(exc).__name__}"))
+            "other", answer(500, error_body(f"Internal error: {type(exc).__name__}"))
         )

@@ -26,13 +26,15 @@ from tf_entrypoint.serving.codec.json_values import encode
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import inference as core_inference
 from tf_entrypoint.serving.core import types as p
+from tf_entrypoint.serving.core.calls import Ask, CoreCalls
 from tf_entrypoint.serving.core.errors import Code, ServingError, invalid_argument
 from tf_entrypoint.serving.core.inference import Decoded, signature_of
 from tf_entrypoint.serving.core.limits import RequestLimits
-from tf_entrypoint.serving.core.models import ModelTable
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
 from tf_entrypoint.serving.rest.errors import ERRORS, Answer, error_answer
+from tf_entrypoint.serving.rest.metrics import RestMetrics
 from tf_entrypoint.serving.rest.routes import decoded_name, path_as_sent
 
 #: The metrics' `protocol` label of these requests.
@@ -80,45 +82,43 @@ def _header_length(scope: Scope) -> int | None:
 
 
 def infer(
-    manager: ModelTable,
+    call: CoreCalls,
     route: p.Route,
     body: Body,
     header_length: int | None,
-    observe_inference: Callable[[float], None],
     *,
     limits: RequestLimits,
 ) -> Answer:
     """POST /v2/models/NAME[/versions/N]/infer. Blocking: on a worker, or inline.
 
-    The version is chosen here, as for /v1/ (a request queued during a swap
-    runs on the newest version); the body is parsed and the answer written
-    while holding a JSON conversion slot (docs/robustness.md).
+    The body is parsed for the version the core leases (a request queued
+    during a swap runs on the newest version, as for /v1/), and the answer
+    written, while holding a JSON conversion slot (docs/robustness.md).
     """
+
+    def decode(servable: Servable) -> Ask[v2_json.InferRequest]:
+        signatures = servable.signatures
+        with limits.slot():
+            request = v2_json.parse_infer_request(
+                body.take(),
+                header_length,
+                lambda parameters: signatures[signature_of(parameters, servable)].inputs,
+                limits.expansion,
+            )
+        name = signature_of(request.parameters, servable)
+        wanted = [output.name for output in request.outputs]
+        v2_tensor.check_outputs(signatures[name].outputs, wanted)
+        return Ask(name, Decoded(request.inputs), request, wanted)
+
     try:
-        with manager.lease(route) as version:
-            servable = version.servable
-            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            signatures = servable.signatures
-            with limits.slot():
-                request = v2_json.parse_infer_request(
-                    body.take(),
-                    header_length,
-                    lambda parameters: signatures[signature_of(parameters, servable)].inputs,
-                    limits.expansion,
-                )
-            name = signature_of(request.parameters, servable)
-            wanted = [output.name for output in request.outputs]
-            v2_tensor.check_outputs(signatures[name].outputs, wanted)
-            started = time.perf_counter()
-            name, outputs = core_inference.predict(servable, name, Decoded(request.inputs), wanted)
-            observe_inference(time.perf_counter() - started)
-            number = version.number
+        predicted = call.predict(route, "ModelInfer", decode)
+        request = predicted.note
         with limits.slot():
             data, json_length = v2_json.infer_response(
                 route.model,
-                str(number),
+                str(predicted.version),
                 request.id,
-                outputs,
+                predicted.outputs,
                 requested=request.outputs,
                 binary_data_output=request.binary_data_output,
             )
@@ -135,7 +135,8 @@ class V2Endpoints:
     def __init__(self, state: ServingCore, config: ServeConfig) -> None:
         self.state = state
         self.config = config
-        self.metrics = state.metrics
+        #: REST's own series (by HTTP status, protocol="v2").
+        self.metrics = RestMetrics.of(state.metrics)
         self._server_metadata = v2_json.server_metadata(__version__)
 
     async def handle(self, scope: Scope, receive: Receive) -> Answer:
@@ -209,13 +210,13 @@ class V2Endpoints:
     def _model_metadata(self, route: p.Route) -> Answer:
         """The default signature of the version the route names; `versions` lists every
         version that may be asked for (the model's available ones)."""
-        manager = self.state.manager
-        with manager.lease(route) as version:
-            servable = version.servable
-            assert servable is not None  # noqa: S101 - AVAILABLE versions have one
-            signatures = servable.signatures
-            signature = signatures[core_inference.unnamed_signature(None, servable)]
-        versions = manager.readiness()[1].get(route.model, [])
+        signature = self.state.call.signatures(
+            route,
+            lambda _, servable: servable.signatures[
+                core_inference.unnamed_signature(None, servable)
+            ],
+        )
+        versions = self.state.manager.readiness()[1].get(route.model, [])
         return _json(200, v2_json.model_metadata(route.model, versions, signature))
 
     def _model_ready(self, route: p.Route) -> Answer:
@@ -242,11 +243,7 @@ class V2Endpoints:
         except BaseException:
             admission.release()
             raise
-        model = state.model_label(route)
-        observe = functools.partial(self.metrics.observe_inference, model)
-        work = functools.partial(
-            infer, state.manager, route, body, header_length, observe, limits=state.limits
-        )
+        work = functools.partial(infer, state.call, route, body, header_length, limits=state.limits)
         return await state.pool.run(
             work, config.request_timeout, admission, model=route.model, size=body.size
         )

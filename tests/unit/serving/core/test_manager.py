@@ -64,7 +64,7 @@ def test_a_new_version_is_loaded_then_the_old_one_unloaded(tmp_path: Path) -> No
     assert sample(metrics, "serving_model_versions_available", model="m") == 1
     assert sample(metrics, "serving_model_version", model="m") == 2
     # The status API lists every version newest first, like TF Serving's.
-    body = p.status_body(manager.status(route("status")))
+    body = metadata.status_body(manager.status(route("status")))
     assert [v["version"] for v in body["model_version_status"]] == ["2", "1"]
 
 

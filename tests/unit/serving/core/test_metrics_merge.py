@@ -6,6 +6,7 @@ import marshal
 
 from tf_entrypoint.serving.core.metrics import Metrics
 from tf_entrypoint.serving.core.metrics_merge import merge
+from tf_entrypoint.serving.rest.metrics import RestMetrics
 
 
 def sample(page: bytes, line_start: str) -> float:
@@ -22,8 +23,9 @@ def test_counters_histograms_and_gauges_add_up_across_processes() -> None:
     engine.workers.set(0)
     for front in (front_a, front_b):
         front.workers.set(2)
-        front.observe("predict", 200, 0.002, "m")
-    front_a.observe("predict", 200, 0.004, "m")
+        RestMetrics.of(front).observe("predict", 200, 0.002, "m")
+    # REST's series exist in the front-ends only, not in the engine: merged all the same
+    RestMetrics.of(front_a).observe("predict", 200, 0.004, "m")
     front_a.request_done("m", "predict", "REST", "OK", 0.004)
     front_b.request_done("m", "predict", "gRPC", "OK", 0.002)
     # each snapshot crosses as marshal bytes, as a front-end's report does
@@ -45,7 +47,7 @@ def test_counters_histograms_and_gauges_add_up_across_processes() -> None:
 def test_one_process_page_is_its_own() -> None:
     metrics = Metrics()
     metrics.add_model("m")
-    metrics.observe("predict", 200, 0.002, "m")
+    RestMetrics.of(metrics).observe("predict", 200, 0.002, "m")
     ours, tfserving = merge([metrics.snapshot()])
     labels = '{api="predict",code="200",model="m",protocol="v1"}'
     assert sample(ours, f"serving_requests_total{labels}") == 1
