@@ -30,8 +30,11 @@ import multiprocessing
 
 from tf_entrypoint.serving.ipc.region import Region
 
-#: How often a front-end's reporter looks at the asked counter.
-POLL = 0.01
+#: How often a front-end's reporter looks at the asked counter: a scrape waits up to
+#: this long for the other front-ends' reports. 0.01 s cost an idle front-end about
+#: 1.2% of a core (the container with two front-ends: 0.056 CPU idle against 0.032
+#: with 0.05 s, docs/benchmarks.md), for 20 ms less per scrape.
+POLL = 0.05
 _GENERATION, _ASKED, _PLACES = 0, 1, 2
 #: The most front-ends the page counts places for.
 MAX_FRONTENDS = mmap.PAGESIZE // 8 - _PLACES
