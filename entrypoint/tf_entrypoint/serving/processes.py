@@ -108,7 +108,7 @@ class Supervisor:
         self.path = os.path.join(self.runtime, "engine.sock")
         #: The page the engine announces on (ipc/board.py), mapped before the forks so
         #: every child, a restarted one too, shares it.
-        self.board = Board.create()
+        self.board = Board.create(config.frontends)
         self.children: dict[int, Child] = {}
         self._deaths: list[float] = []
         self._signal: int | None = None

@@ -10,8 +10,10 @@ Two words, each written by the engine only:
   soon as it reads another value, so a reload or a swap is seen by the very
   next request (ipc/remote.py);
 - the **asked** counter: bumped when a scrape needs every front-end's metrics
-  now; each front-end's reporter reads it every :data:`POLL` seconds and
-  reports at once when it moved (ipc/engine.py waits for them).
+  now; the engine then wakes each front-end's reporter (a POSIX semaphore per
+  front-end, made before the forks), which reports at once (ipc/engine.py
+  waits for them). A reporter sleeps on its semaphore between reports: an
+  idle front-end does not poll.
 
 Reading a word costs a memory access, no call.
 
@@ -27,13 +29,12 @@ from __future__ import annotations
 
 import mmap
 import multiprocessing
+import time
 
 from tf_entrypoint.serving.ipc.region import Region
 
-#: How often a front-end's reporter looks at the asked counter: a scrape waits up to
-#: this long for the other front-ends' reports. 0.01 s cost an idle front-end about
-#: 1.2% of a core (the container with two front-ends: 0.056 CPU idle against 0.032
-#: with 0.05 s, docs/benchmarks.md), for 20 ms less per scrape.
+#: How often the reporter of a front-end the board has no semaphore for looks at
+#: the asked counter (a board made without the number of front-ends, as in tests).
 POLL = 0.05
 _GENERATION, _ASKED, _PLACES = 0, 1, 2
 #: The most front-ends the page counts places for.
@@ -43,14 +44,20 @@ MAX_FRONTENDS = mmap.PAGESIZE // 8 - _PLACES
 class Board:
     """The shared page, as 64-bit words."""
 
-    def __init__(self, region: Region) -> None:
+    def __init__(self, region: Region, frontends: int = 0) -> None:
+        if not 0 <= frontends <= MAX_FRONTENDS:
+            raise ValueError(f"{frontends} front-ends: at most {MAX_FRONTENDS}")
         self.region = region
         self._words = region.view.cast("Q")
-        self._lock = multiprocessing.get_context("fork").Lock()
+        context = multiprocessing.get_context("fork")
+        self._lock = context.Lock()
+        #: One wake-up per front-end: ask() releases each, a reporter waits on its own.
+        self._wakeups = [context.Semaphore(0) for _ in range(frontends)]
 
     @classmethod
-    def create(cls) -> Board:
-        return cls(Region.create(mmap.PAGESIZE, "tf-entrypoint-board"))
+    def create(cls, frontends: int = 0) -> Board:
+        """The page, with a wake-up for each of `frontends` front-ends."""
+        return cls(Region.create(mmap.PAGESIZE, "tf-entrypoint-board"), frontends)
 
     def places(self, index: int, frontends: int) -> SharedPlaces:
         """Front-end `index`'s view of the admission shared by `frontends` (zeroing its own
@@ -73,10 +80,32 @@ class Board:
         return int(self._words[_ASKED])
 
     def ask(self) -> int:
-        """Ask every front-end for its metrics now; the number their reports will carry."""
+        """Ask every front-end for its metrics now (each reporter is woken); the number
+        their reports will carry."""
         asked = (self.asked() + 1) & 0xFFFFFFFFFFFFFFFF
         self._words[_ASKED] = asked
+        for wakeup in self._wakeups:
+            wakeup.release()
         return asked
+
+    def wait_asked(self, index: int, timeout: float) -> None:
+        """Front-end `index`'s reporter: sleep until the engine asks (or :meth:`wake` is
+        called), at most `timeout` seconds; without a semaphore, at most POLL seconds."""
+        if index < len(self._wakeups):
+            self._wakeups[index].acquire(timeout=max(timeout, 0.0))
+        else:
+            time.sleep(min(max(timeout, 0.0), POLL))
+
+    def wake(self, index: int) -> None:
+        """End front-end `index`'s wait now (its reporter stops)."""
+        if index < len(self._wakeups):
+            self._wakeups[index].release()
+
+    def forget_asks(self, index: int) -> None:
+        """A front-end that starts (again): the asks made while none was waiting are moot."""
+        if index < len(self._wakeups):
+            while self._wakeups[index].acquire(block=False):
+                pass
 
 
 class SharedPlaces:

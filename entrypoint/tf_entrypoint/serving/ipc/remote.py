@@ -37,7 +37,7 @@ from tf_entrypoint.serving.core.model_specs import ServingConfig
 from tf_entrypoint.serving.core.servable import Call, Done, Pending
 from tf_entrypoint.serving.core.submission import Submission
 from tf_entrypoint.serving.core.types import Signature, Tensor
-from tf_entrypoint.serving.ipc.board import POLL, Board
+from tf_entrypoint.serving.ipc.board import Board
 from tf_entrypoint.serving.ipc.engine import (
     OURS,
     SNAPSHOT,
@@ -359,17 +359,25 @@ class SharedMetrics:
 
     def _report(self) -> None:
         """Report at once (so the engine knows to wait for this front-end), then every
-        REPORT_EVERY seconds, and at once when the engine asks."""
-        last = 0.0
-        answered = self._asked()
-        poll = REPORT_EVERY if self.board is None else POLL
-        while not self._stop.wait(poll):
+        REPORT_EVERY seconds, and at once when the engine asks (it wakes this thread:
+        ipc/board.py; between reports the thread sleeps)."""
+        board = self.board
+        if board is not None:
+            board.forget_asks(self.index)
+        last, answered = 0.0, None
+        while not self._stop.is_set():
             asked = self._asked()
-            if asked == answered and time.monotonic() - last < REPORT_EVERY:
-                continue
-            with contextlib.suppress(ServingError):  # the engine restarts: next time
-                self.lanes.call("report", (self.index, asked), self._snapshot(), _deadline())
-            answered, last = asked, time.monotonic()
+            if asked != answered or time.monotonic() - last >= REPORT_EVERY:
+                with contextlib.suppress(ServingError):  # the engine restarts: next time
+                    self.lanes.call("report", (self.index, asked), self._snapshot(), _deadline())
+                answered, last = asked, time.monotonic()
+            wait = last + REPORT_EVERY - time.monotonic()
+            if board is None:
+                self._stop.wait(wait)
+            else:
+                board.wait_asked(self.index, wait)
 
     def stop(self) -> None:
         self._stop.set()
+        if self.board is not None:
+            self.board.wake(self.index)
