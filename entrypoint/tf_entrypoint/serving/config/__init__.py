@@ -49,6 +49,7 @@ from tf_entrypoint.serving.config.model_config import (
 )
 from tf_entrypoint.serving.config.monitoring_config import MonitoringConfig, read_monitoring_config
 from tf_entrypoint.serving.config.sizing import (
+    MAX_FRONTENDS,
     PlannedCpus,
     cpu_budget,
     default_max_queue,
@@ -294,6 +295,14 @@ def _int_within(least: int, bits: int) -> Callable[[str], int]:
     return read
 
 
+def _int_between(least: int, most: int) -> Callable[[str], int]:
+    def read(text: str) -> int:
+        value = int(text)
+        return _checked(value, least <= value <= most, text)
+
+    return read
+
+
 def _port(text: str) -> int:
     value = int(text)
     return _checked(value, 0 <= value <= 65535, text)
@@ -323,6 +332,7 @@ def _path(text: str) -> str | None:
 
 BOOLEAN = Converter(_boolean, BOOLEAN_EXPECTED)
 POSITIVE_INT = Converter(_int_from(1), "a whole number from 1")
+FRONTENDS = Converter(_int_between(1, MAX_FRONTENDS), f"a whole number from 1 to {MAX_FRONTENDS}")
 PORT = Converter(_port, "a port (0-65535)")
 #: TF Serving's int32 and int64 flags.
 INT32 = Converter(_int_within(-(2**31), 32), "a whole number (int32)")
@@ -446,7 +456,7 @@ def parse_config(
         rest_port=rest_port,
         workers=workers,
         max_queue=values.get("max-queue", POSITIVE_INT, default_max_queue(workers)),
-        frontends=values.get("frontends", POSITIVE_INT, size_frontends(budget)),
+        frontends=values.get("frontends", FRONTENDS, size_frontends(budget)),
         max_body_bytes=values.get("max-body-bytes", POSITIVE_INT, DEFAULT_MAX_BODY_BYTES),
         request_timeout=timeout,
         grace_period=values.get("grace-period", SECONDS, DEFAULT_GRACE_PERIOD),

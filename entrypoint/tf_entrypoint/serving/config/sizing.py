@@ -48,6 +48,9 @@ def size_workers(budget: PlannedCpus) -> int:
 
 #: The most front-ends --frontends' default starts (the flag may ask for more).
 MAX_DEFAULT_FRONTENDS = 8
+#: The most front-ends --frontends may ask for: the shared page's words (ipc/board.py's
+#: MAX_FRONTENDS, the same number: a test keeps them equal).
+MAX_FRONTENDS = 510
 
 
 def size_frontends(budget: PlannedCpus) -> int:

@@ -426,6 +426,20 @@ def test_front_ends_follow_the_cpu_budget_from_two_cpus(cpus: int, frontends: in
     assert parse_config([], env, budget=PlannedCpus(cpus, "test")).frontends == 3
 
 
+def test_front_ends_are_at_most_what_the_shared_page_counts() -> None:
+    """--frontends above the board's words (ipc/board.py) is a usage error naming the bound,
+    not a supervisor that fails when it makes the page."""
+    from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
+    from tf_entrypoint.serving.config.sizing import MAX_FRONTENDS  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc import board  # noqa: PLC0415
+
+    assert MAX_FRONTENDS == board.MAX_FRONTENDS
+    budget = PlannedCpus(2, "test")
+    assert parse_config(["--frontends", str(MAX_FRONTENDS)], {}, budget=budget).frontends == 510
+    with pytest.raises(UsageError, match=r"--frontends='511' is invalid: expected a whole number"):
+        parse_config(["--frontends", "511"], {}, budget=budget)
+
+
 def test_config_refuses_one_port_for_both_protocols() -> None:
     from tf_entrypoint.serving.config import UsageError  # noqa: PLC0415
 
