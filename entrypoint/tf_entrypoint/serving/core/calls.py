@@ -104,6 +104,19 @@ def _servable(version: Leased) -> Servable:
     return servable
 
 
+def _checked(
+    version: Leased, decode: Callable[[Servable], Ask[N]]
+) -> tuple[Servable, Ask[N], str, Mapping[str, p.Tensor], tuple[str, ...]]:
+    """A predict decoded for the leased version and checked (core/inference.py):
+    (the servable, what the transport decoded, the signature, the inputs, the outputs)."""
+    servable = _servable(version)
+    ask = decode(servable)
+    name, tensors, wanted = inference.checked_predict(
+        servable, ask.signature_name, ask.inputs, ask.output_filter, rest=ask.rest
+    )
+    return servable, ask, name, tensors, wanted
+
+
 class CoreCalls:
     """The calls into the core, over the models and the metrics of one process."""
 
@@ -130,11 +143,7 @@ class CoreCalls:
         transport calls it on a worker, or inline (core/admission.py).
         """
         with self.manager.lease(route) as version:
-            servable = _servable(version)
-            ask = decode(servable)
-            name, tensors, wanted = inference.checked_predict(
-                servable, ask.signature_name, ask.inputs, ask.output_filter, rest=ask.rest
-            )
+            servable, ask, name, tensors, wanted = _checked(version, decode)
             started = time.perf_counter()
             outputs = run(servable, name, tensors, wanted)
             self._ran(route, api, time.perf_counter() - started)
@@ -147,11 +156,7 @@ class CoreCalls:
         (`start` queues it for its batch and waits for the batch's answer), so that
         no thread waits for the batch. The version stays leased until it answers."""
         with self.manager.lease(route) as version:
-            servable = _servable(version)
-            ask = decode(servable)
-            name, tensors, wanted = inference.checked_predict(
-                servable, ask.signature_name, ask.inputs, ask.output_filter, rest=ask.rest
-            )
+            servable, ask, name, tensors, wanted = _checked(version, decode)
             started = time.perf_counter()
             outputs = await start(servable, name, tensors, wanted)
             self._ran(route, api, time.perf_counter() - started)
