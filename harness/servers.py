@@ -12,7 +12,9 @@ or `serving(...)`.
 
 Every server runs under --cpus 1 by default, publishes REST's port on
 127.0.0.1 and is ready (GET /readyz is 200) when handed out; gRPC is reached
-from a sidecar in its network namespace (harness/clients.py).
+through the pool's one client at the server's address on Docker's bridge, or
+from a sidecar in its network namespace where a call needs one
+(harness/clients.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import httpx2
 from docker.models.containers import Container
 
 from harness import web
-from harness.clients import GrpcSidecar
+from harness.clients import GrpcSidecar, SessionClient
 from harness.docker import Containers, metric_value, poll, remove
 from harness.models import ModelLibrary
 
@@ -198,10 +200,15 @@ def cpus_of(spec: ServerSpec) -> float:
 
 @contextmanager
 def started(
-    containers: Containers, spec: ServerSpec, models: Path, workdir: Path | None = None
+    containers: Containers,
+    spec: ServerSpec,
+    models: Path,
+    workdir: Path | None = None,
+    session: SessionClient | None = None,
 ) -> Iterator[Server]:
     """A server of `spec` on the /models folder `models`; ready unless spec.ready is False;
-    removed (with its sidecar) at the end."""
+    removed (with its sidecar) at the end. Its gRPC calls go through `session` where
+    they can (harness/clients.py)."""
     volumes = {str(models): {"bind": "/models", "mode": spec.models_mode}}
     extra = {host: {"bind": bind, "mode": mode} for host, bind, mode in spec.volumes}
     options: dict[str, Any] = dict(spec.options)
@@ -224,7 +231,9 @@ def started(
         ports=ports,
         **options,
     )
-    sidecar = GrpcSidecar(containers, container, extra, workdir)
+    sidecar = GrpcSidecar(
+        containers, container, extra, workdir, session=session, rest_port=spec.rest_port
+    )
     try:
         container.reload()
         published = container.attrs["NetworkSettings"]["Ports"]
@@ -248,6 +257,7 @@ class ServerPool:
         self.library = library
         self.workdir = workdir
         self._shared: dict[ServerSpec, tuple[Server, Any]] = {}
+        self.client = SessionClient(containers, workdir)  # its container starts on first use
 
     def shared(self, spec: ServerSpec) -> Server:
         """The session's server of `spec` (started on first use, restarted if it died)."""
@@ -258,7 +268,7 @@ class ServerPool:
             context.__exit__(None, None, None)
             del self._shared[spec]
         models = write_models(spec, self.library, self.workdir / f"shared-{spec.key()}")
-        context = started(self.containers, spec, models, self.workdir)
+        context = started(self.containers, spec, models, self.workdir, self.client)
         server = context.__enter__()
         self._shared[spec] = (server, context)
         return server
@@ -269,7 +279,7 @@ class ServerPool:
         root = models or write_models(
             spec, self.library, Path(tempfile.mkdtemp(prefix="private-", dir=self.workdir))
         )
-        with started(self.containers, spec, root, self.workdir) as server:
+        with started(self.containers, spec, root, self.workdir, self.client) as server:
             yield server
 
     def close(self) -> None:
@@ -277,3 +287,4 @@ class ServerPool:
             with suppress(Exception):
                 context.__exit__(None, None, None)
         self._shared.clear()
+        self.client.close()

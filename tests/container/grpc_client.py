@@ -164,9 +164,19 @@ def typed_fields(array: Any, dtype: str) -> Any:
     return proto
 
 
+#: The server's REST port as the sidecar sees it (in the server's network namespace).
+REST = "http://127.0.0.1:8501"
+
+
 class Stubs:
-    def __init__(self, address: str, credentials: Any = None, server_name: str = "") -> None:
+    """A channel to `address` with TF Serving's stubs; `rest` is the same server's REST
+    base URL (for the ops that read its /metrics or send a REST call beside gRPC)."""
+
+    def __init__(
+        self, address: str, credentials: Any = None, server_name: str = "", rest: str = REST
+    ) -> None:
         self.address = address
+        self.rest = rest
         options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", -1),
             ("grpc.max_receive_message_length", -1),
@@ -180,6 +190,10 @@ class Stubs:
         self.predictions = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
         self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
         self.health: Any = health_pb2_grpc.HealthStub(self.channel)
+
+    def another(self, address: str = "", credentials: Any = None, server_name: str = "") -> Stubs:
+        """A new channel (to `address`, else this one's) to the same server."""
+        return Stubs(address or self.address, credentials, server_name, self.rest)
 
 
 def result(code: str, message: str, response: Any, **extra: Any) -> dict[str, Any]:
@@ -358,7 +372,7 @@ def op_parallel(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     """
 
     def one(o: dict[str, Any]) -> dict[str, Any]:
-        return OPERATIONS[o["op"]](Stubs(stubs.address), o)
+        return OPERATIONS[o["op"]](stubs.another(), o)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(op["ops"])) as pool:
         futures = [pool.submit(one, o) for o in op["ops"]]
@@ -398,9 +412,9 @@ def op_examples_context(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     return result(code, message, response, request_bytes=request.ByteSize())
 
 
-def in_flight() -> float:
-    """serving_predict_in_flight from the server's REST /metrics (same network namespace)."""
-    with urllib.request.urlopen("http://127.0.0.1:8501/metrics", timeout=10) as page:
+def in_flight(stubs: Stubs) -> float:
+    """serving_predict_in_flight from the server's REST /metrics."""
+    with urllib.request.urlopen(f"{stubs.rest}/metrics", timeout=10) as page:  # noqa: S310
         for line in page.read().decode().splitlines():
             if line.startswith("serving_predict_in_flight "):
                 return float(line.split()[1])
@@ -427,7 +441,7 @@ def op_hold_then(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     admitted = False
     while not admitted and time.monotonic() < deadline:
-        admitted = in_flight() >= 1
+        admitted = in_flight(stubs) >= 1
         if not admitted:
             time.sleep(0.05)
     if admitted:
@@ -482,17 +496,17 @@ def op_tls(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
         return Path(op[key]).read_bytes() if op.get(key) else None
 
     credentials = grpc.ssl_channel_credentials(read("ca"), read("key"), read("cert"))
-    other = Stubs(op.get("address", stubs.address), credentials, op.get("server_name", ""))
+    other = stubs.another(op.get("address", ""), credentials, op.get("server_name", ""))
     return {"code": "OK", "results": [OPERATIONS[o["op"]](other, o) for o in op["ops"]]}
 
 
 def op_via(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    other = Stubs(op["address"])
+    other = stubs.another(op["address"])
     return {"code": "OK", "results": [OPERATIONS[o["op"]](other, o) for o in op["ops"]]}
 
 
 def op_channel_idle(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
-    fresh = Stubs(stubs.address)
+    fresh = stubs.another()
     code, message, _ = call(fresh.health.Check, health_pb2.HealthCheckRequest(), 10)
     if code != "OK":
         return {"code": code, "message": message, "seen": []}
@@ -532,7 +546,7 @@ def op_profile(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     codes: list[str] = []
 
     def load() -> None:
-        predicting = Stubs(stubs.address)
+        predicting = stubs.another()
         while not stop.is_set():
             codes.append(op_predict_typed(predicting, op["predict"])["code"])
 
@@ -596,10 +610,10 @@ def op_stall(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
     )
     stalled = [predict.future(nothing()) for _ in range(op["streams"])]
     deadline = time.monotonic() + 30
-    while in_flight() < op["admitted"] and time.monotonic() < deadline:
+    while in_flight(stubs) < op["admitted"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    admitted = in_flight()
-    other = Stubs(stubs.address)  # another client: its own channel
+    admitted = in_flight(stubs)
+    other = stubs.another()  # another client: its own channel
 
     def grpc_predict() -> tuple[str, str]:
         request = predict_pb2.PredictRequest()
@@ -622,7 +636,8 @@ def op_stall(stubs: Stubs, op: dict[str, Any]) -> dict[str, Any]:
 
     def rest_predict() -> tuple[str, str]:
         body = json.dumps({"instances": [1.0]}).encode()
-        request = urllib.request.Request("http://127.0.0.1:8501/v1/models/plus:predict", body)
+        url = f"{stubs.rest}/v1/models/plus:predict"
+        request = urllib.request.Request(url, body)  # noqa: S310 - http, built here
         try:
             with urllib.request.urlopen(request, timeout=30):  # noqa: S310 - http, built here
                 return "OK", ""
@@ -761,9 +776,12 @@ OPERATIONS = {
 }
 
 
-def run_operations(address: str, operations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The operations in order on a new channel to `address` (closed after)."""
-    stubs = Stubs(address)
+def run_operations(
+    address: str, operations: list[dict[str, Any]], rest: str = REST
+) -> list[dict[str, Any]]:
+    """The operations in order on a new channel to `address` (closed after); `rest` is
+    the same server's REST base URL."""
+    stubs = Stubs(address, rest=rest)
     try:
         return [OPERATIONS[op["op"]](stubs, op) for op in operations]
     finally:
@@ -772,9 +790,11 @@ def run_operations(address: str, operations: list[dict[str, Any]]) -> list[dict[
 
 def listen(path: str) -> int:
     """Answer calls on the UNIX socket `path` until killed: each connection sends one
-    JSON line {"address", "ops"} and reads one JSON line back, the results or
-    {"error": traceback}. One process for every call of a test session saves each
-    call the start of a container and of TensorFlow (harness/clients.py)."""
+    JSON line {"address", "ops", "rest" (optional: the server's REST base URL, else
+    127.0.0.1:8501's)} and reads one JSON line back, the results or {"error":
+    traceback}. One process for many calls saves each call the start of a container
+    and of TensorFlow (harness/clients.py): a sidecar of one server, or the client
+    of every server of a test session, reaching each at its address."""
     import socketserver  # noqa: PLC0415
     import traceback  # noqa: PLC0415
 
@@ -782,7 +802,7 @@ def listen(path: str) -> int:
         def handle(self) -> None:
             call = json.loads(self.rfile.readline())
             try:
-                answer: Any = run_operations(call["address"], call["ops"])
+                answer: Any = run_operations(call["address"], call["ops"], call.get("rest", REST))
             except Exception:  # noqa: BLE001  # the test reports it, with the traceback
                 answer = {"error": traceback.format_exc()}
             self.wfile.write(json.dumps(answer).encode() + b"\n")
