@@ -18,68 +18,40 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
 
-from tf_entrypoint.serving.codec.runtime_proto import message_classes
+from tf_entrypoint.serving.codec.runtime_proto import Fields, message_classes, table_file
 
 PACKAGE = "tensorflow"
 FILE_NAME = "tf_entrypoint/serving/profiler_service.proto"
 SERVICE = "tensorflow.ProfilerService"
 
-_F = descriptor_pb2.FieldDescriptorProto
-# (message, ((field, number, type), ...)); a type not in _SCALARS is a message of this file,
-# "*" after it makes the field repeated.
-_MESSAGES: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (
-    (
-        "ProfileOptions",  # tsl/profiler/protobuf/profiler_options.proto
-        (
-            ("include_dataset_ops", 1, "bool"),
-            ("host_tracer_level", 2, "uint32"),
-            ("device_tracer_level", 3, "uint32"),
-            ("python_tracer_level", 4, "uint32"),
-            ("duration_ms", 9, "uint64"),
-            ("override_hostname", 15, "string"),
-        ),
+# message -> ((field, number, type), ...), as runtime_proto.table_file reads it.
+_MESSAGES: dict[str, Fields] = {
+    "ProfileOptions": (  # tsl/profiler/protobuf/profiler_options.proto
+        ("include_dataset_ops", 1, "bool"),
+        ("host_tracer_level", 2, "uint32"),
+        ("device_tracer_level", 3, "uint32"),
+        ("python_tracer_level", 4, "uint32"),
+        ("duration_ms", 9, "uint64"),
+        ("override_hostname", 15, "string"),
     ),
-    (
-        "ProfileRequest",
-        (
-            ("duration_ms", 1, "uint64"),
-            ("max_events", 2, "uint64"),
-            ("tools", 3, "string*"),
-            ("opts", 4, "ProfileOptions"),
-            ("repository_root", 5, "string"),
-            ("session_id", 6, "string"),
-            ("host_name", 7, "string"),
-            ("emit_xspace", 9, "bool"),
-        ),
+    "ProfileRequest": (
+        ("duration_ms", 1, "uint64"),
+        ("max_events", 2, "uint64"),
+        ("tools", 3, "string*"),
+        ("opts", 4, "ProfileOptions"),
+        ("repository_root", 5, "string"),
+        ("session_id", 6, "string"),
+        ("host_name", 7, "string"),
+        ("emit_xspace", 9, "bool"),
     ),
-    ("ProfileResponse", (("empty_trace", 7, "bool"), ("xspace", 8, "bytes"))),
-    ("TerminateRequest", (("session_id", 1, "string"),)),
-    ("TerminateResponse", ()),
-)
-_SCALARS = {
-    "bool": _F.TYPE_BOOL,
-    "uint32": _F.TYPE_UINT32,
-    "uint64": _F.TYPE_UINT64,
-    "string": _F.TYPE_STRING,
-    "bytes": _F.TYPE_BYTES,
+    "ProfileResponse": (("empty_trace", 7, "bool"), ("xspace", 8, "bytes")),
+    "TerminateRequest": (("session_id", 1, "string"),),
+    "TerminateResponse": (),
 }
 
 
 def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    proto = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
-    for name, fields in _MESSAGES:
-        message = proto.message_type.add(name=name)
-        for field_name, number, kind in fields:
-            field = message.field.add(name=field_name, number=number, label=_F.LABEL_OPTIONAL)
-            if kind.endswith("*"):
-                field.label = _F.LABEL_REPEATED
-            base = kind.rstrip("*")
-            if base in _SCALARS:
-                field.type = _SCALARS[base]
-            else:
-                field.type = _F.TYPE_MESSAGE
-                field.type_name = f".{PACKAGE}.{base}"
-    return proto
+    return table_file(PACKAGE, FILE_NAME, _MESSAGES)
 
 
 POOL, _message_class = message_classes(file_descriptor())

@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2
 
-from tf_entrypoint.serving.codec.runtime_proto import message_classes
+from tf_entrypoint.serving.codec.runtime_proto import message_classes, table_file
 
 PACKAGE = "inference"
 FILE_NAME = "tf_entrypoint/serving/open_inference_grpc.proto"
@@ -130,78 +130,12 @@ _METHODS = (
     ("ModelInfer", "ModelInferRequest", "ModelInferResponse"),
 )
 
-_F = descriptor_pb2.FieldDescriptorProto
-_SCALARS = {
-    "bool": _F.TYPE_BOOL,
-    "int32": _F.TYPE_INT32,
-    "int64": _F.TYPE_INT64,
-    "uint32": _F.TYPE_UINT32,
-    "uint64": _F.TYPE_UINT64,
-    "float": _F.TYPE_FLOAT,
-    "double": _F.TYPE_DOUBLE,
-    "string": _F.TYPE_STRING,
-    "bytes": _F.TYPE_BYTES,
-}
-
-
-def _full(name: str) -> str:
-    return f".{PACKAGE}.{name}"
-
-
-def _set_type(field: descriptor_pb2.FieldDescriptorProto, kind: str) -> None:
-    if kind in _SCALARS:
-        field.type = _SCALARS[kind]
-    else:
-        field.type = _F.TYPE_MESSAGE
-        field.type_name = _full(kind)
-
-
-def _add_field(
-    message: descriptor_pb2.DescriptorProto, path: str, name: str, number: int, kind: str
-) -> descriptor_pb2.FieldDescriptorProto:
-    field = message.field.add(name=name, number=number, json_name=_json_name(name))
-    field.label = _F.LABEL_OPTIONAL
-    if kind.startswith("{"):
-        # map<string, T>: a repeated nested `<Name>Entry` marked as a map entry.
-        entry_name = "".join(part.capitalize() for part in name.split("_")) + "Entry"
-        entry = message.nested_type.add(name=entry_name)
-        entry.options.map_entry = True
-        for key, key_number, key_kind in (("key", 1, "string"), ("value", 2, kind[1:-1])):
-            _add_field(entry, f"{path}.{entry_name}", key, key_number, key_kind)
-        field.label = _F.LABEL_REPEATED
-        _set_type(field, f"{path}.{entry_name}")
-    elif kind.endswith("*"):
-        field.label = _F.LABEL_REPEATED
-        _set_type(field, kind[:-1])
-    else:
-        _set_type(field, kind)
-    return field
-
-
-def _json_name(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
 
 def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     """The `inference` package's file, written from the table above."""
-    proto = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto3")
-    built: dict[str, descriptor_pb2.DescriptorProto] = {}
-    for path, fields in _MESSAGES.items():
-        parent, _, short = path.rpartition(".")
-        message = (built[parent].nested_type if parent else proto.message_type).add(name=short)
-        built[path] = message
-        oneof = _ONEOFS.get(path)
-        if oneof:
-            message.oneof_decl.add(name=oneof)
-        for name, number, kind in fields:
-            field = _add_field(message, path, name, number, kind)
-            if oneof:
-                field.oneof_index = 0
-    service = proto.service.add(name=SERVICE.rpartition(".")[2])
-    for method, request, response in _METHODS:
-        service.method.add(name=method, input_type=_full(request), output_type=_full(response))
-    return proto
+    return table_file(
+        PACKAGE, FILE_NAME, _MESSAGES, oneofs=_ONEOFS, service=SERVICE, methods=_METHODS
+    )
 
 
 POOL, _message_class = message_classes(file_descriptor())
