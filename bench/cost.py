@@ -54,6 +54,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.bodies import request_body
 from bench.common import (
     LABEL,
     LOAD_MOUNTS,
@@ -73,7 +74,7 @@ from bench.grpc_rest import (
     model_config,
     served_models,
 )
-from bench.serving import http, python_client, request_body, wait_ready
+from bench.serving import http, python_client, wait_ready
 from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp")

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.serving import request_body
+from bench.bodies import request_body
 
 REST_PORT = 8501
 GRPC_PORT = 8500

@@ -6,8 +6,10 @@ models mounted read-only:
 
     python -m bench.protocol_load [--v2] MODEL [MODEL...]
 
-It loads each model's SavedModel itself (/models/MODEL/1) to compute the
-expected answer, checks that REST (127.0.0.1:8501) and gRPC
+It reads each model's expected answer from /models/MODEL/answer.json
+(recorded by TensorFlow when the model library was exported:
+bench/answers.py), so it never imports TensorFlow (about 5 CPU-seconds and
+480 MB a client); checks that REST (127.0.0.1:8501) and gRPC
 (127.0.0.1:8500) both give it, prints one JSON line `{"ready": ...}`, then
 reads one JSON command per line on stdin and answers each with one JSON line:
 
@@ -19,9 +21,10 @@ soon as its answer is in. Every mode sends a request built once:
 
 * rest: HTTP/1.1 keep-alive, one connection per caller, the request's bytes
   prebuilt (bench/serving.py's asyncio client); the body is read, not parsed;
-* grpc: `grpc.aio` and TF Serving's PredictionService stub, the
-  PredictRequest built once (`tf.make_tensor_proto`); all C callers share ONE
-  channel (one HTTP/2 connection, C concurrent streams);
+* grpc: `grpc.aio`, a raw unary call of TF Serving's Predict, the
+  PredictRequest built once with bench/tfs_messages.py (the input in
+  tensor_content, as TensorFlow's make_tensor_proto writes it); all C callers
+  share ONE channel (one HTTP/2 connection, C concurrent streams);
 * grpc-channels: the same, but one channel (and TCP connection) per caller
   (a local subchannel pool, so gRPC does not share the connection);
 * v2-json: the Open Inference Protocol on REST, POST /v2/models/M/infer with
@@ -56,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.serving import request_body
+from bench.bodies import ANSWER, request_body
 from harness.load import Caller, Failed, HttpCaller, Tally, closed_loop
 
 HOST = "127.0.0.1"
@@ -73,6 +76,19 @@ V2_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 def instances(model: str) -> list[Any]:
     return list(json.loads(request_body(model))["instances"])
+
+
+def expected_answer(model: str) -> Any:
+    """Output y of /models/MODEL for the request, as recorded when the model library
+    was exported (bench/answers.py): a client that checks it needs no TensorFlow."""
+    path = Path("/models") / model / ANSWER
+    try:
+        return json.loads(path.read_text())["y"]
+    except (OSError, ValueError, KeyError) as err:
+        raise SystemExit(
+            f"no recorded answer for {model} ({path}: {err}); the model library records "
+            "one for each model of bench/answers.py's FOLDERS"
+        ) from None
 
 
 def close(got: Any, want: Any) -> bool:
@@ -104,34 +120,30 @@ class Client:
     def __init__(self, models: list[str]) -> None:
         import grpc  # noqa: PLC0415 - in the container only
         import numpy as np  # noqa: PLC0415
-        import tensorflow as tf  # noqa: PLC0415
-        from tensorflow_serving.apis import (  # noqa: PLC0415
-            predict_pb2,
-            prediction_service_pb2_grpc,
-        )
 
+        from bench import tfs_messages  # noqa: PLC0415
         from tf_entrypoint.serving.codec import v2_proto  # noqa: PLC0415
 
-        self.grpc, self.tf, self.np, self.v2_proto = grpc, tf, np, v2_proto
-        self.stub_class = prediction_service_pb2_grpc.PredictionServiceStub
+        self.grpc, self.np, self.v2_proto, self.tfs = grpc, np, v2_proto, tfs_messages
         self.expected: dict[str, Any] = {}
         self.rest_raw: dict[str, bytes] = {}  # by model (v1) or "MODE MODEL" (v2)
         self.requests: dict[str, Any] = {}
         self.v2_requests: dict[str, Any] = {}
         for model in models:
             rows = instances(model)
-            loaded = tf.saved_model.load(f"/models/{model}/1")
-            out = loaded.signatures[SIGNATURE](x=tf.constant(rows, tf.float32))
-            self.expected[model] = out["y"].numpy().tolist()
+            self.expected[model] = expected_answer(model)
             body = request_body(model)
             self.rest_raw[model] = (
                 f"POST /v1/models/{model}:predict HTTP/1.1\r\nHost: {HOST}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
             ).encode() + body
-            request = predict_pb2.PredictRequest()
+            request = tfs_messages.PredictRequest()
             request.model_spec.name = model
             request.model_spec.signature_name = SIGNATURE
-            request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.asarray(rows, np.float32)))
+            array = np.asarray(rows, np.float32)
+            request.inputs["x"].CopyFrom(
+                tfs_messages.float_tensor(array.ravel().tolist(), array.shape)
+            )
             self.requests[model] = request
             self.rest_raw.update(self.v2_rest_requests(model, np.asarray(rows, np.float32)))
             self.v2_requests[model] = self.v2_grpc_request(model, np.asarray(rows, np.float32))
@@ -183,7 +195,13 @@ class Client:
         return json.loads(body).get("predictions")
 
     def grpc_answer(self, response: Any) -> Any:
-        return self.tf.make_ndarray(response.outputs["y"]).tolist()
+        if "y" not in response.outputs:
+            return str(response)[:300]
+        read = self.tfs.float_values(response.outputs["y"])
+        if read is None:
+            return str(response)[:300]
+        values, shape = read
+        return self.np.asarray(values, self.np.float32).reshape(shape).tolist()
 
     def v2_answer(self, mode: str, headers: dict[str, str], body: bytes) -> Any:
         """Output y of a v2 REST answer, as nested lists of its shape (None if absent)."""
@@ -254,7 +272,12 @@ class Client:
             )
             request = self.v2_requests[model]
         else:
-            call, request = self.stub_class(channel).Predict, self.requests[model]
+            call = channel.unary_unary(
+                self.tfs.PREDICT,
+                request_serializer=self.tfs.PredictRequest.SerializeToString,
+                response_deserializer=self.tfs.PredictResponse.FromString,
+            )
+            request = self.requests[model]
         error = self.grpc.aio.AioRpcError
 
         class Grpc:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import grpc_rest
+from bench.bodies import request_body
 from bench.common import (
     LOAD_MOUNTS,
     NAMES,
@@ -58,7 +59,7 @@ from bench.common import (
     run_container,
 )
 from bench.grpc_rest import GrpcConfig, LoadClient, measure_cell, model_config
-from bench.serving import http, request_body, wait_ready
+from bench.serving import http, wait_ready
 from harness.stats import median
 
 MODELS = ("half_plus_two", "mlp", "cnn")

@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.bodies import request_body
 from bench.common import docker, loadavg, log, now_iso
-from bench.serving import export_models, read_response, request_body, start_server, wait_ready
+from bench.serving import export_models, read_response, start_server, wait_ready
 from harness.load import HttpCaller, Tally, closed_loop, http_request
 from harness.stats import median
 

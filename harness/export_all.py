@@ -2,9 +2,10 @@
 
     python export_all.py REPO OUT PLAN_JSON
 
-PLAN_JSON is a list of {"name", "script", "args"} (harness/models.py's
-EXPORTS); "{out}" in args is OUT/NAME. Runs as many scripts at once as there
-are CPUs; exits 1 naming every export that failed, with its output.
+PLAN_JSON is a list of {"name", "script", "args", "after"} (harness/models.py's
+EXPORTS); "{out}" in args is OUT/NAME, "{root}" is OUT. Runs as many scripts
+at once as there are CPUs, those marked "after" once the others are done;
+exits 1 naming every export that failed, with its output.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 def run(repo: str, out: str, export: dict[str, object]) -> tuple[str, int, str]:
     name = str(export["name"])
-    args = [str(a).replace("{out}", f"{out}/{name}") for a in export["args"]]  # type: ignore[attr-defined]
+    args = [
+        str(a).replace("{out}", f"{out}/{name}").replace("{root}", out)
+        for a in export["args"]  # type: ignore[attr-defined]
+    ]
     done = subprocess.run(
         [sys.executable, f"{repo}/{export['script']}", *args],
         capture_output=True,
@@ -32,8 +36,11 @@ def main(argv: list[str]) -> int:
     repo, out, raw = argv
     plan = json.loads(raw)
     workers = max(1, min(len(plan), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda e: run(repo, out, e), plan))
+    results = []
+    for later in (False, True):
+        with ThreadPoolExecutor(workers) as pool:
+            wave = [e for e in plan if bool(e.get("after")) == later]
+            results += list(pool.map(lambda e: run(repo, out, e), wave))
     failed = [(name, text) for name, code, text in results if code != 0]
     for name, text in failed:
         print(f"export {name} failed:\n{text}", file=sys.stderr)

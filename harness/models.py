@@ -40,11 +40,13 @@ COMPLETE = ".complete"
 @dataclass(frozen=True)
 class Export:
     """One export: `python SCRIPT ARGS...` in the image, where "{out}" in ARGS is
-    this export's folder in the library (library/NAME)."""
+    this export's folder in the library (library/NAME) and "{root}" the library's;
+    `after`: once every other export is done (it reads their folders)."""
 
     name: str
     script: str  # relative to the repository root
     args: tuple[str, ...] = ("{out}",)
+    after: bool = False
 
 
 _MAKE = "tests/container/make_models.py"
@@ -81,10 +83,14 @@ EXPORTS: tuple[Export, ...] = (
     # The soak's versions of plus and cr (staging/), slow and extra (models/), poison/:
     # enough versions for the default ten-minute soak (bench/soak.py says how many it needs).
     Export("soak", "bench/soak_models.py", ("{out}", "--versions", "100")),
+    # The benchmark models' answers to the load client's requests (their answer.json),
+    # so that the client checks answers without TensorFlow (bench/answers.py).
+    Export("answers", "bench/answers.py", ("{root}",), after=True),
 )
 
 #: Files an export script reads besides itself (siblings it imports).
 SOURCES: tuple[str, ...] = (
+    "bench/bodies.py",
     "tests/container/gates.py",
     "tests/container/grpc_client.py",
     "harness/export_all.py",
@@ -100,7 +106,7 @@ def cache_root() -> Path:
 def recipe_hash(exports: Sequence[Export] = EXPORTS) -> str:
     """A hash of every file the exports run and of their arguments."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([[e.name, e.script, list(e.args)] for e in exports]).encode())
+    digest.update(json.dumps([[e.name, e.script, list(e.args), e.after] for e in exports]).encode())
     for name in sorted({e.script for e in exports} | set(SOURCES)):
         digest.update(name.encode() + b"\0" + (REPO / name).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -186,7 +192,10 @@ def _export(image: str, exports: Sequence[Export], folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     work.mkdir(parents=True)
     work.chmod(0o777)
-    plan = [{"name": e.name, "script": e.script, "args": list(e.args)} for e in exports]
+    plan = [
+        {"name": e.name, "script": e.script, "args": list(e.args), "after": e.after}
+        for e in exports
+    ]
     started = time.monotonic()
     ran = subprocess.run(
         [
