@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import socket
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,30 @@ class _Listener:
 
 
 class SessionClient(_Listener):
-    """One client for every server of a session, on Docker's default bridge network."""
+    """One client for every server of a session, on Docker's default bridge network.
+
+    Every server's test depends on it, so one that is gone (an op took it down,
+    and that test failed) is replaced by a new one at the next call."""
 
     def __init__(self, containers: Containers, workdir: Path | None = None) -> None:
         super().__init__(containers, workdir, {})
+        self._lock = threading.Lock()
+
+    def call(self, request: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+        with self._lock:
+            if self.container is None:
+                self._start()
+        try:
+            return super().call(request, timeout)
+        except (FileNotFoundError, ConnectionRefusedError):
+            with self._lock:
+                if self.container is not None:
+                    self.container.reload()
+                    if self.container.status == "running":
+                        raise
+                    self.close()
+                self._start()
+            return super().call(request, timeout)
 
 
 def _names_an_address(operations: Sequence[dict[str, Any]]) -> bool:

@@ -69,6 +69,7 @@ from __future__ import annotations
 import base64
 import collections
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
@@ -810,6 +811,8 @@ def listen(path: str) -> int:
     class Server(socketserver.ThreadingUnixStreamServer):
         daemon_threads = True
 
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a socket left by a client that was stopped: this one replaces it
     with Server(path, Handler) as server:
         os.chmod(path, 0o777)  # noqa: S103  # the tests connect as another user
         print("listening", flush=True)

@@ -107,3 +107,50 @@ def test_what_needs_the_servers_namespace_goes_through_its_sidecar(
     assert name == "own"
     assert request["address"] == kwargs.get("address", "127.0.0.1:8500")
     assert request["rest"] == "http://127.0.0.1:8601"  # the sidecar's own loopback
+
+
+class FakeClientContainer:
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def reload(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("status", ["exited", "running"])
+def test_a_session_client_that_is_gone_is_replaced_at_the_next_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    shared = clients.SessionClient(None, tmp_path)  # type: ignore[arg-type]
+    started: list[FakeClientContainer] = []
+    closed: list[object] = []
+
+    def start() -> None:
+        shared.container = FakeClientContainer("running")  # type: ignore[assignment]
+        started.append(shared.container)  # type: ignore[arg-type]
+
+    def close() -> None:
+        closed.append(shared.container)
+        shared.container = None
+
+    answers: list[Any] = [ConnectionRefusedError(), [{"code": "OK"}]]
+
+    def listener_call(self: Any, request: dict[str, Any], timeout: float) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(shared, "_start", start)
+    monkeypatch.setattr(shared, "close", close)
+    monkeypatch.setattr(clients._Listener, "call", listener_call)
+    shared._start()
+    started[0].status = status  # the first client's process ended (or did not)
+    if status == "running":  # a refusal from a client that still runs is the test's to see
+        with pytest.raises(ConnectionRefusedError):
+            shared.call({"address": "a", "ops": []}, 10)
+        assert (len(started), closed) == (1, [])
+    else:
+        assert shared.call({"address": "a", "ops": []}, 10) == [{"code": "OK"}]
+        assert len(started) == 2
+        assert closed == [started[0]]
