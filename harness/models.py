@@ -92,7 +92,7 @@ EXPORTS: tuple[Export, ...] = (
 SOURCES: tuple[str, ...] = (
     "bench/bodies.py",
     "tests/container/gates.py",
-    "tests/container/grpc_client.py",
+    "tests/container/grpc_dtypes.py",
     "harness/export_all.py",
     "harness/stats.py",
 )

@@ -85,6 +85,7 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from google.protobuf import descriptor_pool, json_format, message_factory, text_format
+from grpc_dtypes import DTYPES  # type: ignore[import-not-found]
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import (
@@ -99,26 +100,6 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 from tensorflow_serving.config import model_server_config_pb2
-
-#: Every dtype TF Serving takes in a Predict, with values that survive the trip.
-DTYPES: dict[str, list[Any]] = {
-    "float16": [0.5, -2.0, 1024.0],
-    "bfloat16": [0.5, -2.0, 256.0],
-    "float32": [0.1, -2.5, 3.4e38],
-    "float64": [0.1, -2.5, 1e300],
-    "int8": [-128, 0, 127],
-    "int16": [-32768, 1, 32767],
-    "int32": [-(2**31), 2, 2**31 - 1],
-    "int64": [-(2**63), 3, 2**63 - 1],
-    "uint8": [0, 1, 255],
-    "uint16": [0, 2, 65535],
-    "uint32": [0, 3, 2**32 - 1],
-    "uint64": [0, 4, 2**64 - 1],
-    "bool": [True, False, True],
-    "string": [b"a", b"\xff\x00binary", "\u00e9t\u00e9".encode()],
-    "complex64": [1 + 2j, -0.5j, 3.0],
-    "complex128": [1e-300 + 2j, -0.5j, 3.0],
-}
 
 
 def spec(message: Any, op: dict[str, Any]) -> None:

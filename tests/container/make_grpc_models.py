@@ -3,7 +3,7 @@
     python make_grpc_models.py DIR
 
 - DIR/dtypes/1: serving_default has an input `in_D` of shape [None] and
-  dtype D for each D in grpc_client.DTYPES and outputs `out_D` returning it
+  dtype D for each D in grpc_dtypes.DTYPES and outputs `out_D` returning it
   unchanged, so what comes back shows how the server read and wrote each dtype.
 - DIR/gated/1: serving_default takes x (float32 [None]) and gate (string [],
   a glob such as /gates/NAME) and returns y = x once a file matching gate
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gates import after, wait_for_file  # type: ignore[import-not-found]  # run as /t/make_grpc_models.py
-from grpc_client import DTYPES  # type: ignore[import-not-found]
+from grpc_dtypes import DTYPES  # type: ignore[import-not-found]
 
 
 def main(directory: Path) -> int:
