@@ -19,9 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, in the image
 
-from bench.bodies import request_body
+from bench.bodies import ANSWER, request_body
 
-ANSWER = "answer.json"
 #: Library folder -> the model whose request it answers.
 FOLDERS = {
     "half_plus_two/half_plus_two": "half_plus_two",
