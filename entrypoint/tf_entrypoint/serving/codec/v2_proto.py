@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2
 
-from tf_entrypoint.serving.codec.runtime_proto import message_classes, table_file
+from tf_entrypoint.serving.codec.runtime_proto import Fields, message_classes, table_file
 
 PACKAGE = "inference"
 FILE_NAME = "tf_entrypoint/serving/open_inference_grpc.proto"
@@ -33,12 +33,9 @@ SERVICE = "inference.GRPCInferenceService"
 
 _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 
-# The messages, parents before their nested types (a dotted name is nested).
-# A field is (name, number, type): a scalar type is protobuf's name for it,
-# "*" after a type makes the field repeated, "{T}" is map<string, T>, and any
-# other name is a message of this file. Every field of a message named in
-# _ONEOFS belongs to that oneof.
-_MESSAGES: dict[str, tuple[tuple[str, int, str], ...]] = {
+# The messages, as runtime_proto.table_file reads them (parents before their nested
+# types); every field of a message named in _ONEOFS belongs to that oneof.
+_MESSAGES: dict[str, Fields] = {
     "ServerLiveRequest": (),
     "ServerLiveResponse": (("live", 1, "bool"),),
     "ServerReadyRequest": (),
