@@ -233,7 +233,7 @@ def build_core(
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
         profiler=TensorFlowProfiler() if config.enable_profiler else None,
-        batching=config.batching is not None,
+        queued=config.batching is not None,
     )
 
 
@@ -501,18 +501,16 @@ def engine_service(
     if board is not None and isinstance(manager, Manager):
         manager.changed = lambda generation: board.publish(pid, generation)
         board.publish(pid, manager.generation)
-    lanes = (request_threads(config) + FRONTEND_EXTRA_LANES) * config.frontends + 8
+    from tf_entrypoint.serving.ipc.lanes import engine_lanes  # noqa: PLC0415
+
+    lanes = engine_lanes(request_threads(config), config.frontends)
     # The server's request threads and admission are the front-ends' (their gauges add up).
     core.metrics.workers.set(0)
     core.metrics.max_queue.set(0)
-    ops = EngineOps(manager, core.metrics, board, core.profiler)
-    return EngineService(path, ops, max_lanes=lanes)
-
-
-#: A front-end's lanes beyond its request threads: short calls run on the two
-#: transports' loops (core/admission.py), the loops' own calls (status,
-#: readiness, metadata), the metrics report, reloads.
-FRONTEND_EXTRA_LANES = 8
+    ops = EngineOps(
+        manager, core.metrics, board, core.profiler, batching=config.batching is not None
+    )
+    return EngineService(path, ops, max_lanes=lanes, short=ops.short)
 
 
 def frontend_main(config: ServeConfig, path: str, index: int, board: Board) -> int:
@@ -542,7 +540,7 @@ def frontend_core(
     `wrap` makes an output's values from its bytes (the model layer's arrays);
     `board` is where the engine announces (ipc/board.py).
     """
-    from tf_entrypoint.serving.ipc.lanes import Lanes  # noqa: PLC0415
+    from tf_entrypoint.serving.ipc.lanes import Lanes, lane_counts  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.profiler import RemoteProfiler  # noqa: PLC0415
     from tf_entrypoint.serving.ipc.remote import RemoteModels, SharedMetrics  # noqa: PLC0415
 
@@ -552,7 +550,8 @@ def frontend_core(
     for name in config.models.names():
         metrics.add_model(name)
     threads = request_threads(config)
-    lanes = Lanes(path, threads + FRONTEND_EXTRA_LANES, wrap=wrap)
+    blocking, per_loop = lane_counts(threads)
+    lanes = Lanes(path, blocking, wrap=wrap, loop_lanes=per_loop)
     shared = SharedMetrics(lanes, metrics, index, board)
     metrics.pages = shared.pages
     shared.start()
@@ -574,7 +573,7 @@ def frontend_core(
         on_fatal=on_fatal,
         cutoff=CutOff(STOPPED.format(grace=config.grace_period)),
         profiler=RemoteProfiler(lanes) if config.enable_profiler else None,
-        batching=config.batching is not None,
+        queued=True,  # for the engine, over this loop's lanes (ipc/remote.py)
     )
 
 

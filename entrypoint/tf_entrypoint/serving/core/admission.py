@@ -6,7 +6,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
 from tf_entrypoint.serving.core.deadlines import Slots, run_with_deadline, within
@@ -88,6 +88,47 @@ _AVERAGE_WEIGHT = 0.05
 _MOST_COUNTED = 4 * INLINE_BELOW_SECONDS
 
 
+def expired_words(timeout: float) -> str:
+    """What a request is told when its `timeout` (--request-timeout, or its deadline) passed."""
+    return f"Request timed out after {timeout:g} s (--request-timeout)"
+
+
+class CallTimes:
+    """Whether a key's calls (a model's) are short enough to run on the thread that
+    receives them, instead of a hand-off to a worker thread and back.
+
+    A key's first calls run on a worker, where the fastest of them gives its
+    time (a worker's call also counts the work beside it, so the fastest, not
+    the average); once under INLINE_BELOW_SECONDS its calls run inline, where
+    an average of their time decides, and a key found slower there goes back
+    to the worker until a call there is fast again. (Two threads racing in
+    :meth:`learn` lose one sample, which either rule shrugs off.)
+    """
+
+    __slots__ = ("_seconds",)
+
+    def __init__(self) -> None:
+        self._seconds: dict[Hashable, float] = {}
+
+    def short(self, key: Hashable) -> bool:
+        seconds = self._seconds.get(key)
+        return seconds is not None and seconds < INLINE_BELOW_SECONDS
+
+    def learn(self, key: Hashable, seconds: float, *, inline: bool) -> None:
+        """Fold one call's time into its key's: inline, into an average (started
+        afresh when the key was slow); on the worker, the fastest call counts."""
+        before = self._seconds.get(key)
+        if not inline:
+            if before is None or seconds < before:
+                self._seconds[key] = seconds
+            return
+        counted = min(seconds, _MOST_COUNTED)
+        if before is None or before >= INLINE_BELOW_SECONDS:
+            self._seconds[key] = counted
+        else:
+            self._seconds[key] = before + _AVERAGE_WEIGHT * (counted - before)
+
+
 class Places(Protocol):
     """Admission places several processes share (ipc/board.py's SharedPlaces)."""
 
@@ -119,12 +160,8 @@ class InferencePool:
     thread and back, while its model's calls take under INLINE_BELOW_SECONDS;
     the hand-off and the loop's wake-up cost more than such a call
     (docs/benchmarks.md, "CPU per predict"). It takes the one worker's turn,
-    so at most `workers` calls run at once whichever thread runs them. A
-    model's first calls run on the worker, where the fastest of them gives
-    its time (a worker's call also counts the loop's work beside it, so the
-    fastest, not the average); once under the bound its calls run inline,
-    where an average of their time decides, and a model found slower there
-    goes back to the worker until a call there is fast again. A model that is
+    so at most `workers` calls run at once whichever thread runs them. Which
+    models' calls are short: :class:`CallTimes`. A model that is
     slow from the start never runs on the loop; an inline call that hangs
     holds the loop, and its answer (a 504 if its timeout passed) comes when
     it ends: the price of the fast path, paid only by models whose calls
@@ -155,8 +192,8 @@ class InferencePool:
         )
         #: The workers' turns, taken by whichever thread runs a call (inline only).
         self._turns = Slots(workers)
-        #: Model -> seconds its calls take, as _learn keeps them (inline only).
-        self._seconds: dict[str, float] = {}
+        #: How long each model's calls take (inline only).
+        self._times = CallTimes()
         self._closed = False
         #: Admissions awaiting their input, the oldest first: (since, evict).
         self._awaiting: dict[Admission, tuple[float, Callable[[], None]]] = {}
@@ -212,7 +249,7 @@ class InferencePool:
         place.handed = True
         # The deadline, for a request queued for a batch: withdrawn when it passes.
         deadline = time.monotonic() + timeout if timeout else None
-        expired = f"Request timed out after {timeout:g} s (--request-timeout)"
+        expired = expired_words(timeout)
         if self.inline and self._may_run_inline(model, size):
             try:
                 return self._run_inline(work, deadline, expired, model)
@@ -231,10 +268,8 @@ class InferencePool:
             raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
 
     def _may_run_inline(self, model: str, size: int) -> bool:
-        seconds = self._seconds.get(model)
         return (
-            seconds is not None
-            and seconds < INLINE_BELOW_SECONDS
+            self._times.short(model)
             and size <= INLINE_MAX_REQUEST_BYTES
             and not self._closed
             and self._turns.acquire(blocking=False)
@@ -249,7 +284,7 @@ class InferencePool:
             result = run_with_deadline(deadline, work, expired)
         finally:
             self._turns.release()
-            self._learn(model, time.perf_counter() - started, inline=True)
+            self._times.learn(model, time.perf_counter() - started, inline=True)
         if deadline is not None and time.monotonic() > deadline:
             # As the worker's caller would have: its answer came after the timeout.
             raise ServingError(Code.DEADLINE_EXCEEDED, expired)
@@ -268,22 +303,7 @@ class InferencePool:
             return run_with_deadline(deadline, work, expired)
         finally:
             self._turns.release()
-            self._learn(model, time.perf_counter() - started, inline=False)
-
-    def _learn(self, model: str, seconds: float, *, inline: bool) -> None:
-        """Fold one call's time into its model's: inline, into an average (started
-        afresh when the model was slow); on the worker, the fastest call counts.
-        (Two threads racing here lose one sample, which either rule shrugs off.)"""
-        before = self._seconds.get(model)
-        if not inline:
-            if before is None or seconds < before:
-                self._seconds[model] = seconds
-            return
-        counted = min(seconds, _MOST_COUNTED)
-        if before is None or before >= INLINE_BELOW_SECONDS:
-            self._seconds[model] = counted
-        else:
-            self._seconds[model] = before + _AVERAGE_WEIGHT * (counted - before)
+            self._times.learn(model, time.perf_counter() - started, inline=False)
 
     def _release(self, _: object) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ class ServingCore:
         on_fatal: Callable[[str], None] = lambda message: None,
         cutoff: CutOff | None = None,
         profiler: Profiler | None = None,
-        batching: bool = False,
+        queued: bool = False,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
@@ -57,9 +57,10 @@ class ServingCore:
         #: The backend's profiler, in this process (TF Serving's ProfilerService, answered
         #: by gRPC); None: the backend has none.
         self.profiler = profiler
-        #: Server-side batching is on (--enable_batching): a predict is queued for its
-        #: batch from the transport's event loop (Servable.start), not from a thread.
-        self.batching = batching
+        #: A predict is queued from the transport's event loop (Servable.start, core/queued.py),
+        #: not run from a thread: for its batch (--enable_batching), or for the engine
+        #: (a front-end of several processes: ipc/remote.py).
+        self.queued = queued
         #: Set by the drain: readiness and health say so, new gRPC calls are refused.
         self.draining = False
         #: Set when the server stops: the manager thread ends.

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -29,7 +30,13 @@ from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.config.model_config import ConfigError
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.admission import EVICTED, Admission
+from tf_entrypoint.serving.core.admission import (
+    EVICTED,
+    INLINE_MAX_REQUEST_BYTES,
+    Admission,
+    expired_words,
+)
+from tf_entrypoint.serving.core.calls import Ask, Predicted
 from tf_entrypoint.serving.core.deadlines import within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import (
@@ -39,6 +46,8 @@ from tf_entrypoint.serving.core.errors import (
     invalid_argument,
     log_server_fault,
 )
+from tf_entrypoint.serving.core.queued import run_queued
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
 from tf_entrypoint.serving.grpc.metrics import GrpcMetrics
@@ -46,6 +55,11 @@ from tf_entrypoint.serving.grpc.metrics import GrpcMetrics
 log = logging.getLogger("tf_entrypoint.serving")
 
 R = TypeVar("R")
+N = TypeVar("N")
+
+#: A predict is queued from the loop (Calls.predict_queued) up to this many bytes (a
+#: larger one is decoded on a worker): the bound for calls run inline.
+QUEUED_MAX_BYTES = INLINE_MAX_REQUEST_BYTES
 #: A call's context (requests and responses are protobuf messages, untyped here).
 Context = aio.ServicerContext[Any, Any]
 
@@ -309,8 +323,53 @@ class Calls:
         """
         self.manager.check(route)  # unknown model or not loaded: no worker needed
         timeout = self.timeout(context)
-        try:
+        with self._deadline_words(timeout):
             return await self.state.pool.run(work, timeout, admission, model=route.model, size=size)
+
+    def queues(self, size: int) -> bool:
+        """Whether a predict of `size` bytes is queued from the loop (:meth:`predict_queued`)."""
+        return self.state.queued and size <= QUEUED_MAX_BYTES
+
+    async def predict_queued(
+        self,
+        route: p.Route,
+        context: Context,
+        decode: Callable[[Servable], Ask[N]],
+        admission: Admission | None = None,
+    ) -> Predicted[N]:
+        """A predict decoded, checked and queued on this loop (core/queued.py): for its
+        batch (--enable_batching) or the engine (a front-end); no thread waits for it.
+        Only for a small message (:meth:`queues`): its decoding runs on the loop."""
+        self.manager.check(route)
+        timeout = self.timeout(context)
+        deadline = time.monotonic() + timeout if timeout else None
+        place = self.state.pool.admit() if admission is None else admission
+        pool = self.state.pool
+
+        async def start(
+            servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
+        ) -> dict[str, p.Tensor]:
+            async def alone() -> dict[str, p.Tensor]:  # not queued: run alone, on a worker
+                run = functools.partial(servable.run, name, tensors, wanted, batch=True)
+                return await pool.run(run, timeout, place)
+
+            return await run_queued(
+                servable, name, tensors, wanted, deadline=deadline,
+                expired=expired_words(timeout), admission=place, otherwise=alone,
+            )  # fmt: skip
+
+        try:
+            with self._deadline_words(timeout):
+                return await self.core.predict_started(route, "Predict", decode, start)
+        finally:
+            if admission is None:
+                place.close()
+
+    @contextlib.contextmanager
+    def _deadline_words(self, timeout: float) -> Iterator[None]:
+        """A DEADLINE_EXCEEDED at the client's own deadline says what gRPC says then."""
+        try:
+            yield
         except ERRORS as err:
             if code_name(err) == "DEADLINE_EXCEEDED" and timeout < (
                 self.config.request_timeout or float("inf")

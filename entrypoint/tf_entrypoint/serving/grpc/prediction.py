@@ -16,7 +16,7 @@ TF Serving's multi_inference.cc (docs/tf-serving.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import grpc
@@ -32,7 +32,7 @@ from tensorflow_serving.apis import (
 from tf_entrypoint.serving.codec import example_proto, metadata, tensor_proto
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import Admission
-from tf_entrypoint.serving.core.calls import Ask
+from tf_entrypoint.serving.core.calls import Ask, Predicted
 from tf_entrypoint.serving.core.errors import invalid_argument
 from tf_entrypoint.serving.core.models import Leased
 from tf_entrypoint.serving.core.servable import Servable
@@ -89,19 +89,19 @@ class PredictionService:
     ) -> Any:
         async def answer(route: p.Route | None) -> Any:
             assert route is not None  # noqa: S101 - route_of returns one or raises
+            size = request.ByteSize()
+            if self.h.queues(size):  # decoded here, queued for its batch or the engine
+                predicted = await self.h.predict_queued(
+                    route, context, self._decoder(request), admission
+                )
+                return _predict_response(route, predicted)
             return await self.h.infer(
-                route,
-                context,
-                functools.partial(self._predict, route, request),
-                admission,
-                request.ByteSize(),
+                route, context, functools.partial(self._predict, route, request), admission, size
             )
 
         return await self.h.call("Predict", lambda: route_of("predict", request), context, answer)
 
-    def _predict(self, route: p.Route, request: Any) -> Any:
-        """On a worker: one core call (the version is chosen then: a swap may have
-        happened while the call was queued)."""
+    def _decoder(self, request: Any) -> Callable[[object], Ask[None]]:
         expansion = self.h.state.limits.expansion
 
         def decode(_: object) -> Ask[None]:
@@ -112,15 +112,14 @@ class PredictionService:
                 list(request.output_filter),
             )
 
-        predicted = self.h.core.predict(route, "Predict", decode)
-        protos = {
-            alias: tensor_proto.as_proto_field(alias, t) for alias, t in predicted.outputs.items()
-        }
-        response = predict_pb2.PredictResponse()
-        _model_spec(response.model_spec, route.model, predicted.version, predicted.signature_name)
-        for alias, proto in protos.items():
-            response.outputs[alias].CopyFrom(proto)
-        return response
+        return decode
+
+    def _predict(self, route: p.Route, request: Any) -> Any:
+        """On a worker: one core call (the version is chosen then: a swap may have
+        happened while the call was queued)."""
+        return _predict_response(
+            route, self.h.core.predict(route, "Predict", self._decoder(request))
+        )
 
     async def GetModelMetadata(self, request: Any, context: Context) -> Any:
         def answer(route: p.Route | None) -> Any:
@@ -268,6 +267,17 @@ def add_prediction_service(service: PredictionService, server: aio.Server) -> No
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", handlers),)
     )
+
+
+def _predict_response(route: p.Route, predicted: Predicted[None]) -> Any:
+    protos = {
+        alias: tensor_proto.as_proto_field(alias, t) for alias, t in predicted.outputs.items()
+    }
+    response = predict_pb2.PredictResponse()
+    _model_spec(response.model_spec, route.model, predicted.version, predicted.signature_name)
+    for alias, proto in protos.items():
+        response.outputs[alias].CopyFrom(proto)
+    return response
 
 
 def _metadata_response(model: str, version: Leased, servable: Servable) -> Any:

@@ -111,8 +111,12 @@ class EngineOps:
         metrics: Metrics | None = None,
         board: Board | None = None,
         profiler: Profiler | None = None,
+        *,
+        batching: bool = False,
     ) -> None:
         self.manager = manager
+        #: Predicts may wait in a batch queue (--enable_batching): never on the dispatcher.
+        self.batching = batching
         #: The profiler service's operations (ipc/profiler.py).
         self.profiles = EngineProfiles(profiler)
         #: The engine's own metrics, merged with the front-ends' on a scrape.
@@ -123,6 +127,19 @@ class EngineOps:
         #: bytes of a snapshot).
         self._reports: dict[int, tuple[int, float, bytes]] = {}
         self._reported = threading.Condition()
+
+    def short(self, op: str, args: tuple[Any, ...]) -> str | None:
+        """ipc/service.py's Short: a predict's model (its runs are timed, and run on the
+        dispatcher while they take under 2 ms), unless it may wait for a batch; None for
+        every other operation."""
+        if op != "run":
+            return None
+        try:
+            if self.batching and args[9]:
+                return None
+            return str(args[1])
+        except (IndexError, TypeError):
+            return None
 
     def __call__(  # noqa: PLR0911 - one return per operation
         self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor], deadline: float | None

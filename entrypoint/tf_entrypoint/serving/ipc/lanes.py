@@ -12,7 +12,10 @@ own the same way: the region bounds what a lane keeps, not what a request may
 be (requests are bounded where they are decoded: docs/robustness.md).
 
 A process holds at most `max_lanes` lanes, made when first needed and reused;
-a call waits for a free one within its deadline. Failures become the codes a
+a call waits for a free one within its deadline. An event loop has lanes of
+its own besides (:class:`LoopLanes`): a predict queued from the loop
+(core/queued.py) is sent on one and answered by the loop's reader, so no
+thread, and not the loop, waits for the engine. Failures become the codes a
 client can act on: the engine gone (UNAVAILABLE with Retry-After: a call that
 could not be sent is retried once on a new lane, one that was sent is not,
 since it may have run), no answer before the deadline (DEADLINE_EXCEEDED: the
@@ -22,11 +25,12 @@ lane is closed, so a late answer is never read as another call's).
 from __future__ import annotations
 
 import array
+import asyncio
 import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tf_entrypoint.serving.core.deadlines import Slots, expired_text
@@ -48,6 +52,28 @@ TRIM_AFTER = 1024 * 1024
 HANDSHAKE = 5.0
 #: What a client is told to wait before retrying while the engine restarts.
 RETRY_AFTER = 1.0
+
+#: A front-end's blocking lanes beyond its request threads: short calls run on the
+#: two transports' loops (core/admission.py), the loops' own calls (status,
+#: readiness, metadata), the metrics report, reloads.
+EXTRA_LANES = 8
+#: The least lanes each transport's event loop has for the predicts it sends
+#: itself (core/queued.py, :class:`LoopLanes`).
+LOOP_LANES = 16
+
+
+def lane_counts(request_threads: int) -> tuple[int, int]:
+    """A front-end's lanes: (blocking ones, a request thread's each and EXTRA_LANES; each
+    of its two event loops' own, as many as the requests that may wait for the engine
+    at once: with batching, --max-queue, which is then `request_threads`)."""
+    return request_threads + EXTRA_LANES, max(request_threads, LOOP_LANES)
+
+
+def engine_lanes(request_threads: int, frontends: int) -> int:
+    """The lanes the engine accepts: every front-end's (REST's loop and gRPC's), and a few."""
+    blocking, per_loop = lane_counts(request_threads)
+    return (blocking + 2 * per_loop) * frontends + 8
+
 
 ENGINE_GONE = "the model engine is not running (it is being restarted): retry shortly"
 NO_ANSWER = "the model engine did not answer within the request's deadline"
@@ -215,6 +241,7 @@ class Lanes:
         *,
         region_bytes: int = REGION_BYTES,
         wrap: wire.Wrap | None = None,
+        loop_lanes: int = 0,
     ) -> None:
         self.path = path
         self.region_bytes = region_bytes
@@ -224,6 +251,9 @@ class Lanes:
         self._closed = False
         self._lock = threading.Lock()
         self._turns = Slots(max_lanes)
+        #: Each event loop's own lanes (:class:`LoopLanes`), at most `loop_lanes` each.
+        self.loop_lanes = loop_lanes
+        self._loops: dict[asyncio.AbstractEventLoop, LoopLanes] = {}
 
     def call(
         self,
@@ -272,6 +302,25 @@ class Lanes:
         finally:
             self._turns.release()
 
+    def start(
+        self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor],
+        deadline: float | None, answered: Answered,
+    ) -> _Sent | None:  # fmt: skip
+        """Send `op` on a lane of the running event loop and return (SENT); the loop hands
+        the answer to `answered`. None: not sent (no loop lanes, none free, tensors too
+        large for a lane's region, the engine gone): call :meth:`call` instead."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        own = self._loops.get(loop)
+        if own is None:
+            with self._lock:
+                if self._closed or not self.loop_lanes:
+                    return None
+                own = self._loops.setdefault(loop, LoopLanes(self, loop, self.loop_lanes))
+        return own.start(op, args, inputs, deadline, answered)
+
     def _take(self) -> Lane:
         with self._lock:
             if self._closed:
@@ -296,5 +345,194 @@ class Lanes:
         with self._lock:
             self._closed = True
             lanes, self._free = self._free, []
+            loops, self._loops = list(self._loops.values()), {}
         for lane in lanes:
             lane.close()
+        for own in loops:
+            try:
+                own.loop.call_soon_threadsafe(own.close)
+            except RuntimeError:  # its loop has closed: so have its lanes' readers
+                continue
+
+
+#: What a queued call's answer is handed to, on its loop: (the engine's result, the
+#: output tensors, None) or (None, None, the error).
+Answered = Callable[[Any, "dict[str, Tensor] | None", "ServingError | None"], None]
+
+
+class _Sent:
+    """A queued call's Pending (core/servable.py): once sent it cannot be withdrawn."""
+
+    __slots__ = ()
+
+    def cancel(self) -> bool:
+        return False
+
+
+SENT = _Sent()
+
+
+class LoopLane:
+    """A lane watched by an event loop: one call at a time, answered by the loop's reader."""
+
+    __slots__ = ("answered", "fd", "lane", "lanes", "used")
+
+    def __init__(self, lanes: LoopLanes, lane: Lane) -> None:
+        self.lanes = lanes
+        self.lane = lane
+        self.answered: Answered | None = None
+        #: The bytes of the region the call in flight uses (its inputs).
+        self.used = 0
+        lane.sock.setblocking(False)
+        self.fd = lane.sock.fileno()
+        lanes.loop.add_reader(self.fd, self._readable)
+
+    def send(
+        self, op: str, args: tuple[Any, ...], layout: wire.Layout, deadline: float | None,
+        answered: Answered,
+    ) -> bool:  # fmt: skip
+        """Write the inputs and send the call; False when it could not be sent (the lane
+        is then gone: the caller goes the blocking way, which retries or says why)."""
+        region = self.lane.region
+        assert region is not None  # noqa: S101 - open lanes have one
+        slots = layout.write(region.view)
+        message = wire.dumps((op, args, slots, layout.end, deadline, self.lane.pid))
+        if len(message) > MAX_MESSAGE:
+            self.lanes.give(self)
+            return False
+        try:
+            self.lane.sock.send(message)
+        except OSError:
+            self.drop()
+            return False
+        self.used, self.answered = layout.end, answered
+        return True
+
+    def _readable(self) -> None:
+        """The engine's answer (or the lane's end), on the loop."""
+        lane = self.lane
+        try:
+            data, fds = receive(lane.sock, lane.buffer)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = memoryview(b""), []
+        answered, self.answered = self.answered, None
+        if not data or answered is None:  # the engine went (or spoke out of turn)
+            for fd in fds:
+                os.close(fd)
+            self.drop()
+            if answered is not None:
+                answered(None, None, engine_gone())
+            return
+        try:
+            reply = wire.loads(data)
+            code = reply[0]
+            if code != Code.OK:
+                refusal = Refusal(reply[5]) if len(reply) > 5 and reply[5] else None
+                error = ServingError(
+                    Code.of(code), reply[1], retry_after=reply[4] or None, refusal=refusal
+                )
+                for fd in fds:
+                    os.close(fd)
+                self.lanes.give(self)
+                answered(None, None, error)
+                return
+            out_slots = reply[3]
+            if fds:
+                outputs = Lane._read_oneoff(fds[0], out_slots, self.lanes.owner.wrap)
+            else:
+                region = lane.region
+                assert region is not None  # noqa: S101 - open lanes have one
+                outputs = wire.read(out_slots, region.view, self.lanes.owner.wrap, copy=True)
+                used = max(self.used, max((s[4] + s[5] for s in out_slots), default=0))
+                if used > TRIM_AFTER:
+                    region.trim(TRIM_AFTER)
+        except (wire.WireError, ValueError, TypeError, IndexError) as err:
+            self.drop()
+            answered(None, None, ServingError(Code.INTERNAL, f"engine answer: {err}"))
+            return
+        self.lanes.give(self)
+        answered(reply[2], outputs, None)
+
+    def drop(self) -> None:
+        """Close the lane for good (on its loop)."""
+        self.lanes.lost(self)
+
+
+class LoopLanes:
+    """One event loop's lanes to the engine: at most `max_lanes`, each one call at a time.
+
+    :meth:`start` sends a call and returns at once; the loop's reader hands the
+    answer to the call's `answered`. With no free lane, a new one is made on a
+    thread of the loop's executor (a lane's handshake waits for the engine,
+    which the loop must not) and the call goes the blocking way meanwhile
+    (None), as a call too large for a lane's region does.
+    """
+
+    def __init__(self, owner: Lanes, loop: asyncio.AbstractEventLoop, max_lanes: int) -> None:
+        self.owner = owner
+        self.loop = loop
+        self.max_lanes = max_lanes
+        self._free: list[LoopLane] = []
+        #: Lanes open, being made, or in use.
+        self._count = 0
+        self._making = False
+        self._closed = False
+
+    def start(
+        self, op: str, args: tuple[Any, ...], inputs: Mapping[str, Tensor],
+        deadline: float | None, answered: Answered,
+    ) -> _Sent | None:  # fmt: skip
+        layout = wire.Layout(inputs)
+        if layout.end > self.owner.region_bytes:
+            return None
+        lane = self._take()
+        if lane is None or not lane.send(op, args, layout, deadline, answered):
+            return None
+        return SENT
+
+    def _take(self) -> LoopLane | None:
+        if self._free:
+            return self._free.pop()
+        if not (self._making or self._closed) and self._count < self.max_lanes:
+            self._making = True
+            self._count += 1
+            made = self.loop.run_in_executor(None, Lane, self.owner.path, self.owner.region_bytes)
+            made.add_done_callback(self._made)
+        return None
+
+    def _made(self, made: asyncio.Future[Lane]) -> None:
+        self._making = False
+        try:
+            lane = made.result()
+        except (OSError, wire.WireError, asyncio.CancelledError):
+            self._count -= 1
+            return
+        if self._closed:
+            lane.close()
+            self._count -= 1
+            return
+        self._free.append(LoopLane(self, lane))
+
+    def give(self, lane: LoopLane) -> None:
+        if self._closed:
+            self.lost(lane)
+        else:
+            self._free.append(lane)
+
+    def lost(self, lane: LoopLane) -> None:
+        if lane.lane.region is None:
+            return  # closed already
+        self.loop.remove_reader(lane.fd)
+        lane.lane.close()
+        self._count -= 1
+        if lane in self._free:
+            self._free.remove(lane)
+
+    def close(self) -> None:
+        """Close the free lanes; a busy one closes when its answer comes (on the loop)."""
+        self._closed = True
+        free, self._free = self._free, []
+        for lane in free:
+            self.lost(lane)

@@ -165,8 +165,12 @@ class RemoteServable:
         expired: str,
         done: Done,
     ) -> Pending | None:
-        """None: a batched predict runs on a front-end thread, queued in the engine's batcher."""
-        return None
+        """A predict sent to the engine on the running loop's own lane, answered on the
+        loop (core/queued.py; the engine queues it for its batch when batching is on);
+        None: no lane free for it, so it runs the blocking way."""
+        return self._lease.start(
+            (name, tuple(outputs), True), inputs, deadline=deadline, expired=expired, done=done
+        )
 
 
 class RemoteVersion:
@@ -218,19 +222,65 @@ class RemoteVersion:
             )
             if not (isinstance(result, tuple) and result[:1] == (STALE,)):
                 return result, tensors
-            fresh = self.models.learn(self.route, result[1])
-            if fresh.signatures != described.signatures:
-                raise ServingError(
-                    Code.UNAVAILABLE,
-                    f"model {self.route.model} changed from version {described.number} to "
-                    f"{fresh.number}, with other signatures, while this request was read: retry",
-                    retry_after=1.0,
+            self._stale(described, result[1], 3)
+        raise _changing(self.route)
+
+    def start(
+        self,
+        args: tuple[Any, ...],
+        inputs: Mapping[str, Tensor],
+        *,
+        deadline: float | None,
+        expired: str,
+        done: Done,
+        tries: int = 3,
+    ) -> Pending | None:
+        """:meth:`call`'s "run", sent from the running loop (ipc/lanes.py's LoopLanes): `done`
+        gets its outputs on the loop; a stale answer is sent again on the new version."""
+        described = self.description
+        full = (*route_args(self.route), described.number, described.load, expired, *args)
+
+        def answered(
+            result: Any, tensors: dict[str, Tensor] | None, error: ServingError | None
+        ) -> None:
+            if error is not None:
+                done(None, error)
+            elif not (isinstance(result, tuple) and result[:1] == (STALE,)):
+                done(tensors, None)
+            else:
+                try:
+                    self._stale(described, result[1], tries)
+                except ServingError as err:
+                    done(None, err)
+                    return
+                again = self.start(
+                    args, inputs, deadline=deadline, expired=expired, done=done, tries=tries - 1
                 )
-            self.description, self.number = fresh, fresh.number
-        raise ServingError(
-            Code.UNAVAILABLE, f"model {self.route.model} is changing versions: retry",
-            retry_after=1.0,
-        )  # fmt: skip
+                if again is None:
+                    done(None, _changing(self.route))
+
+        return self.models.lanes.start("run", full, inputs, deadline, answered)
+
+    def _stale(self, described: Description, plain: Sequence[Any], tries: int) -> None:
+        """The engine answered that the route now names another version (`plain`): run on
+        it when its signatures are those the request was decoded for, else UNAVAILABLE."""
+        fresh = self.models.learn(self.route, plain)
+        if fresh.signatures != described.signatures:
+            raise ServingError(
+                Code.UNAVAILABLE,
+                f"model {self.route.model} changed from version {described.number} to "
+                f"{fresh.number}, with other signatures, while this request was read: retry",
+                retry_after=1.0,
+            )
+        if tries <= 1:
+            raise _changing(self.route)
+        self.description, self.number = fresh, fresh.number
+
+
+def _changing(route: p.Route) -> ServingError:
+    return ServingError(
+        Code.UNAVAILABLE, f"model {route.model} is changing versions: retry", retry_after=1.0
+    )
 
 
 class RemoteModels:

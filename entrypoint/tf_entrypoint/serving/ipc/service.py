@@ -1,21 +1,31 @@
-"""The engine's side of the engine call: one thread per lane, answering its front-end.
+"""The engine's side of the engine call: one dispatcher thread over every lane.
 
 The engine listens on a Unix socket in a directory only its user can enter
 (its path is not in any network namespace, unlike an abstract socket, and
 the peer's uid is checked too). Each lane a front-end opens starts with a
 hello that carries the lane's region (``SCM_RIGHTS``); then each message
 names an operation, its small arguments, where its input tensors are and
-where the answer may go (ipc/lanes.py). The thread reads the inputs as views
-of the region (no copy), calls the engine's one handler, and writes the
+where the answer may go (ipc/lanes.py).
+
+One dispatcher thread waits on every lane at once (epoll, each lane armed
+for one message at a time), so a wake-up serves every lane that is ready and
+no thread hands the GIL to another per call. It reads the inputs as views of
+the region (no copy) and runs the call itself when the calls of its kind (a
+model's predicts, ``short``) take under 2 ms (core/admission.py's
+CallTimes: the rule the transports' loops use); any other call (a slow
+model, a batched predict waiting for its batch, the control operations)
+runs on a thread of a pool, as many as there are lanes. Either writes the
 output tensors after the inputs (or into a one-off region when they do not
-fit), then answers. A message that names memory outside its region, or
-cannot be read, is answered INTERNAL and logged: it is a fault of ours, not
-of a client. The handler's ServingErrors are answered with their code and
-message; any other exception is INTERNAL, with its traceback in the log.
+fit), answers, and arms the lane again. A message that names memory outside
+its region, or cannot be read, is answered INTERNAL and logged: it is a
+fault of ours, not of a client. The handler's ServingErrors are answered
+with their code and message; any other exception is INTERNAL, with its
+traceback in the log.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -24,13 +34,14 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+from tf_entrypoint.serving.core.admission import CallTimes
 from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.types import Tensor
 from tf_entrypoint.serving.ipc import wire
-from tf_entrypoint.serving.ipc.lanes import MAX_MESSAGE, PROTOCOL, receive
+from tf_entrypoint.serving.ipc.lanes import HANDSHAKE, MAX_MESSAGE, PROTOCOL, receive
 from tf_entrypoint.serving.ipc.region import Region
 
 log = logging.getLogger("tf_entrypoint.serving")
@@ -41,29 +52,62 @@ Handler = Callable[
     [str, tuple[Any, ...], Mapping[str, Tensor], float | None],
     tuple[Any, Mapping[str, Tensor]],
 ]
+#: Which kind of call (op, args) is, for timing it (a model's predicts); None: a call
+#: that never runs on the dispatcher.
+Short = Callable[[str, tuple[Any, ...]], Hashable | None]
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
+#: A lane is armed for one message (its next is read once this one is answered).
+_ARMED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
+
+
+class _Lane:
+    """One front-end's lane, as the engine holds it."""
+
+    __slots__ = ("buffer", "conn", "fd", "pid", "region")
+
+    def __init__(self, conn: socket.socket, region: Region, pid: int) -> None:
+        self.conn = conn
+        self.fd = conn.fileno()
+        self.region = region
+        self.pid = pid
+        self.buffer = bytearray(MAX_MESSAGE)
 
 
 class EngineService:
     """Answers lanes on the Unix socket at `path` with `handler`, at most `max_lanes` at once."""
 
-    def __init__(self, path: str, handler: Handler, max_lanes: int) -> None:
+    def __init__(
+        self, path: str, handler: Handler, max_lanes: int, *, short: Short | None = None
+    ) -> None:
         self.path = path
         self.handler = handler
         self.max_lanes = max_lanes
+        self.short = short
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a socket left by an engine that died
         self._listener.bind(path)
         os.chmod(path, 0o600)
         self._listener.listen(128)
-        self._lanes: set[socket.socket] = set()
+        #: fd -> lane, for every lane open.
+        self._lanes: dict[int, _Lane] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._epoll = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._wake, select.EPOLLIN)
+        self._times = CallTimes()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_lanes, thread_name_prefix="engine-call"
+        )
         self._thread = threading.Thread(target=self._accept, name="engine-accept", daemon=True)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="engine-dispatch", daemon=True
+        )
 
     def start(self) -> None:
+        self._dispatcher.start()
         self._thread.start()
 
     def _accept(self) -> None:
@@ -82,58 +126,154 @@ class EngineService:
                     else "another user" if uid != os.getuid()
                     else ""
                 )  # fmt: skip
-                if not refuse:
-                    self._lanes.add(conn)
             if refuse:
                 log.warning("engine: refused a lane from pid %d: %s", pid, refuse)
                 with contextlib.suppress(OSError):
                     conn.send(wire.dumps(("refused", refuse)))
                 conn.close()
                 continue
-            threading.Thread(
-                target=self._serve, args=(conn,), name=f"engine-lane-{pid}", daemon=True
-            ).start()
+            lane = self._hello(conn, pid)
+            if lane is None:
+                conn.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    lane.region.close()
+                    conn.close()
+                    continue
+                self._lanes[lane.fd] = lane
+            self._epoll.register(lane.fd, _ARMED)
 
-    def _serve(self, conn: socket.socket) -> None:
-        region: Region | None = None
+    @staticmethod
+    def _hello(conn: socket.socket, pid: int) -> _Lane | None:
+        """The lane's hello and its region (None: not a lane of this protocol)."""
         buffer = bytearray(MAX_MESSAGE)
         try:
+            conn.settimeout(HANDSHAKE)  # a front-end that says nothing is not waited for
             data, fds = receive(conn, buffer)
             hello = wire.loads(data) if data else ()
             if len(fds) != 1 or len(hello) != 4 or hello[:2] != ("hello", PROTOCOL):
                 for fd in fds:
                     os.close(fd)
                 conn.send(wire.dumps(("refused", f"not a lane of protocol {PROTOCOL}")))
-                return
-            region = Region(fds[0], hello[3])
+                return None
+            try:
+                region = Region(fds[0], hello[3])
+            except (OSError, ValueError, TypeError):
+                os.close(fds[0])
+                raise
             conn.send(wire.dumps(("ok", os.getpid())))
-            while True:
-                data, fds = receive(conn, buffer)
-                if not data:
-                    return  # the front-end closed the lane
-                reply, answer = self._answer(data, fds, region)
-                try:
-                    if answer is None:
-                        conn.send(reply)
-                    else:
-                        socket.send_fds(conn, [reply], [answer.fd])
-                finally:
-                    if answer is not None:
-                        answer.close()
-        except (OSError, wire.WireError, ValueError) as err:
+            conn.settimeout(None)
+        except (OSError, wire.WireError, ValueError, TypeError) as err:
+            log.debug("engine: a lane's hello failed: %s", err)
+            return None
+        return _Lane(conn, region, pid)
+
+    def _dispatch(self) -> None:
+        """Wait on every armed lane; read each ready one's message and run it (here when
+        its kind is short, else on the pool)."""
+        poll = self._epoll.poll
+        while True:
+            try:
+                events = poll(0.1 if self._closed else -1)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                return
+            for fd, _mask in events:
+                if fd == self._wake:
+                    with contextlib.suppress(BlockingIOError):
+                        os.eventfd_read(self._wake)
+                    continue
+                lane = self._lanes.get(fd)
+                if lane is not None:
+                    self._readable(lane)
+            if self._closed and not self._lanes:
+                self._epoll.close()
+                os.close(self._wake)
+                return
+
+    def _readable(self, lane: _Lane) -> None:
+        try:
+            data, fds = receive(lane.conn, lane.buffer)
+        except BlockingIOError:
+            self._arm(lane)
+            return
+        except OSError as err:
             if not self._closed:
                 log.debug("engine: a lane ended: %s", err)
+            self._end(lane)
+            return
+        if not data:
+            self._end(lane)  # the front-end closed the lane
+            return
+        try:
+            message: tuple[Any, ...] | None = wire.loads(data)
+        except wire.WireError:
+            message = None  # answered INTERNAL, and logged, by _answer
+        kind = None
+        if message is not None and self.short is not None and len(message) == 6:
+            kind = self.short(str(message[0]), message[1])
+        if kind is not None and self._times.short(kind):
+            started = time.perf_counter()
+            self._reply(lane, *self._answer(message, fds, lane.region))
+            self._times.learn(kind, time.perf_counter() - started, inline=True)
+            return
+        try:
+            self._pool.submit(self._pooled, lane, message, fds, kind)
+        except RuntimeError:  # shut down: the engine is stopping
+            for fd in fds:
+                os.close(fd)
+            self._end(lane)
+
+    def _pooled(
+        self, lane: _Lane, message: tuple[Any, ...] | None, fds: list[int], kind: Hashable | None
+    ) -> None:
+        started = time.perf_counter()
+        reply = self._answer(message, fds, lane.region)
+        if kind is not None:
+            self._times.learn(kind, time.perf_counter() - started, inline=False)
+        self._reply(lane, *reply)
+
+    def _reply(self, lane: _Lane, reply: bytes, answer: Region | None) -> None:
+        """Send the answer and arm the lane for its next message."""
+        try:
+            if answer is None:
+                lane.conn.send(reply)
+            else:
+                socket.send_fds(lane.conn, [reply], [answer.fd])
+        except OSError as err:
+            if not self._closed:
+                log.debug("engine: a lane ended: %s", err)
+            self._end(lane)
+            return
         finally:
-            with self._lock:
-                self._lanes.discard(conn)
-            conn.close()
-            if region is not None:
-                region.close()
+            if answer is not None:
+                answer.close()
+        self._arm(lane)
+
+    def _arm(self, lane: _Lane) -> None:
+        try:
+            self._epoll.modify(lane.fd, _ARMED)
+        except (OSError, ValueError):  # the engine is closing
+            self._end(lane)
+
+    def _end(self, lane: _Lane) -> None:
+        """Close a lane (once, from whichever thread holds it: an armed lane is the
+        dispatcher's, a lane whose call runs is its pool thread's)."""
+        with self._lock:
+            if self._lanes.pop(lane.fd, None) is None:
+                return
+        with contextlib.suppress(OSError, ValueError):
+            self._epoll.unregister(lane.fd)
+        lane.conn.close()
+        lane.region.close()
 
     def _answer(
-        self, data: bytes | memoryview, fds: list[int], region: Region
+        self, message: tuple[Any, ...] | None, fds: list[int], region: Region
     ) -> tuple[bytes, Region | None]:
-        """A call's reply datagram, and the one-off region that carries its outputs, if any."""
+        """A call's reply datagram, and the one-off region that carries its outputs, if any
+        (`message`: None when it could not be read)."""
         oneoff: Region | None = None
         op = "a call"
         try:
@@ -143,7 +283,9 @@ class EngineService:
             for fd in fds:
                 os.close(fd)
             try:
-                op, args, slots, reply_at, deadline, _pid = wire.loads(data)
+                if message is None:
+                    raise wire.WireError("a message that cannot be read")
+                op, args, slots, reply_at, deadline, _pid = message
                 op = str(op)
                 inputs = wire.read(slots, (oneoff or region).view)
             except (wire.WireError, ValueError, TypeError) as err:
@@ -197,7 +339,7 @@ class EngineService:
     def _open(self) -> bool:
         """Whether a lane's front-end is still connected."""
         with self._lock:
-            lanes = list(self._lanes)
+            lanes = [lane.conn for lane in self._lanes.values()]
         for conn in lanes:
             try:
                 peer = select.poll()
@@ -215,10 +357,13 @@ class EngineService:
         """Stop accepting, close every lane (their calls in flight end), remove the socket."""
         with self._lock:
             self._closed = True
-            lanes = list(self._lanes)
+            lanes = [lane.conn for lane in self._lanes.values()]
         self._listener.close()
         for conn in lanes:
             with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+                conn.shutdown(socket.SHUT_RDWR)  # the dispatcher (or the call's thread) ends it
+        with contextlib.suppress(OSError):
+            os.eventfd_write(self._wake, 1)  # to notice it is closed
+        self._pool.shutdown(wait=False)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

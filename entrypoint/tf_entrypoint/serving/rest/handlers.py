@@ -3,8 +3,10 @@
 Nothing here blocks the event loop for long: JSON parsing, validation,
 inference and response encoding of a predict run together on a worker thread,
 or inline on the loop when they take under 2 ms (see
-:class:`~tf_entrypoint.serving.core.admission.InferencePool`); the loop
-reads bodies, routes, and writes answers. Status, metadata (pre-encoded at
+:class:`~tf_entrypoint.serving.core.admission.InferencePool`), or, with
+batching or in a front-end, parsed on the loop and queued for the batch or
+the engine (core/queued.py); the loop reads bodies, routes, and writes
+answers. Status, metadata (pre-encoded at
 load time), health and metrics are answered on the loop directly. A predict
 is admitted before its body is read, so at most --max-queue bodies are held
 at once (docs/robustness.md, "Memory per request").
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 
@@ -28,15 +29,17 @@ from tf_entrypoint.serving.codec import metadata as metadata_json
 from tf_entrypoint.serving.config import ServeConfig
 from tf_entrypoint.serving.core import tfs_metrics as monitoring
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.admission import INLINE_MAX_REQUEST_BYTES, Admission
+from tf_entrypoint.serving.core.admission import (
+    INLINE_MAX_REQUEST_BYTES,
+    Admission,
+    expired_words,
+)
 from tf_entrypoint.serving.core.calls import Ask, CoreCalls
-from tf_entrypoint.serving.core.deadlines import within
-from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
-from tf_entrypoint.serving.core.errors import Code, ServingError
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.models import ModelTable
-from tf_entrypoint.serving.core.servable import Pending, Servable
+from tf_entrypoint.serving.core.queued import run_queued
+from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
 from tf_entrypoint.serving.rest.errors import (
@@ -142,19 +145,6 @@ def _classify_or_regress(
 QUEUED_MAX_BYTES = INLINE_MAX_REQUEST_BYTES
 
 
-def _settle(
-    answered: asyncio.Future[dict[str, p.Tensor]],
-    outputs: dict[str, p.Tensor] | None,
-    error: BaseException | None,
-) -> None:
-    if answered.done():  # withdrawn: timed out or cancelled
-        return
-    if error is not None:
-        answered.set_exception(error)
-    else:
-        answered.set_result(outputs or {})
-
-
 async def _encoded(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer:
     """The answer written on the loop when a JSON conversion slot is free, else on a
     thread that waits for one (the loop never waits for a slot)."""
@@ -169,46 +159,6 @@ async def _encoded(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer
 def _in_slot(limits: RequestLimits, encode: Callable[[], bytes]) -> Answer:
     with limits.slot():
         return Answer(200, encode(), {})
-
-
-class _Finished:
-    """Whether a queued predict's batch has answered it; what to do when it does."""
-
-    __slots__ = ("_hooks", "_lock", "done")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.done = False
-        self._hooks: list[Callable[[], None]] = []
-
-    def now(self) -> None:
-        with self._lock:
-            self.done, hooks = True, self._hooks
-        for hook in hooks:
-            hook()
-
-    def then(self, hook: Callable[[], None]) -> None:
-        """`hook()` once it has finished (now if it has)."""
-        with self._lock:
-            if not self.done:
-                self._hooks.append(hook)
-                return
-        hook()
-
-
-def _hold_while_running(queued: Pending, finished: _Finished, admission: Admission) -> None:
-    """A queued predict given up on (timed out, cut off): withdrawn if it has not
-    started; else it runs on in TensorFlow, unanswered, and keeps its admission
-    place until it ends, as a call on a worker does."""
-    if queued.cancel():
-        return
-    admission.handed = True  # released by the batch's answer, not by the handler
-    finished.then(admission.release)
-
-
-def _remaining(deadline: float | None) -> float:
-    """Seconds until `deadline` for within() (0: none; at least a millisecond)."""
-    return 0.0 if deadline is None else max(deadline - time.monotonic(), 0.001)
 
 
 class Endpoints:
@@ -271,7 +221,7 @@ class Endpoints:
                 admission.release()
                 raise
             if (
-                state.batching
+                state.queued
                 and route.kind == "predict"
                 and body.size <= QUEUED_MAX_BYTES
                 and state.limits.converting.acquire(blocking=False)  # never waits on the loop
@@ -293,10 +243,11 @@ class Endpoints:
         return result
 
     async def _queued_predict(self, route: p.Route, body: Body, admission: Admission) -> Answer:
-        """A predict with batching on, from the event loop: parsed here, queued for its
-        batch (Servable.start), answered here when the batch thread has run it.
+        """A predict queued from the event loop (core/queued.py): parsed here, queued
+        for its batch (--enable_batching) or for the engine (a front-end, --frontends),
+        answered here when the batch thread or the engine has run it.
 
-        No thread waits for the batch: with --enable_batching every admitted
+        No thread waits for the answer: with --enable_batching every admitted
         request used to hold a thread that parsed it, waited for its batch and
         wrote its answer, and waking those threads cost what batching saved
         (issue 24). The body is at most QUEUED_MAX_BYTES, so parsing it here
@@ -305,19 +256,11 @@ class Endpoints:
         thread's way too), and the answer is written here when a slot is free,
         else on a thread that waits for one, so the memory bound holds
         (docs/robustness.md, "Memory per request"). A call that cannot be
-        batched runs on a worker as before.
+        queued runs on a worker as before.
         """
         state, timeout = self.state, self.config.request_timeout
         deadline = time.monotonic() + timeout if timeout else None
-        expired = f"Request timed out after {timeout:g} s (--request-timeout)"
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
-        finished = _Finished()
-
-        def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
-            finished.now()  # on the batch thread
-            loop.call_soon_threadsafe(_settle, answered, outputs, error)
-
+        expired = expired_words(timeout)
         held = True  # the JSON conversion slot the caller took, until the body is parsed
 
         def decode(servable: Servable) -> Ask[json_tensor.RequestFormat]:
@@ -334,20 +277,14 @@ class Endpoints:
         async def start(
             servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
         ) -> dict[str, p.Tensor]:
-            queued = servable.start(
-                name, tensors, wanted, deadline=deadline, expired=expired, done=done
-            )
-            if queued is None:  # not batchable: run alone, on a worker
+            async def alone() -> dict[str, p.Tensor]:  # not queued: run alone, on a worker
                 run = functools.partial(servable.run, name, tensors, wanted, batch=True)
                 return await state.pool.run(run, timeout, admission)
-            try:
-                return await within(answered, _remaining(deadline))
-            except TIMEOUT_ERRORS:
-                _hold_while_running(queued, finished, admission)
-                raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
-            except asyncio.CancelledError:
-                _hold_while_running(queued, finished, admission)
-                raise
+
+            return await run_queued(
+                servable, name, tensors, wanted,
+                deadline=deadline, expired=expired, admission=admission, otherwise=alone,
+            )  # fmt: skip
 
         try:
             predicted = await state.call.predict_started(route, "Predict", decode, start)

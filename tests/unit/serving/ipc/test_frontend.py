@@ -4,6 +4,7 @@ and memfds between them; the same answers as one process."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,7 +17,7 @@ from tests.unit.serving.helpers import HalfPlusTwo, config, export, serving, wai
 from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.ipc import engine as engine_ops
 from tf_entrypoint.serving.ipc.board import Board
-from tf_entrypoint.serving.ipc.remote import RemoteModels
+from tf_entrypoint.serving.ipc.remote import RemoteModels, RemoteServable
 from tf_entrypoint.serving.main import build_core, engine_service, frontend_core
 from tf_entrypoint.serving.rest.app import create_app
 
@@ -247,3 +248,58 @@ def test_the_front_ends_share_one_admission_bound() -> None:
     restarted = board.places(1, 2)
     assert restarted.held() == 1  # the first front-end's one
     assert restarted.take(3) == 2
+
+
+def test_rest_predicts_are_sent_from_the_loop_once_it_has_lanes(
+    engine_and_frontend: tuple[TestClient, RemoteModels],
+) -> None:
+    front, models = engine_and_frontend
+    for _ in range(20):  # the first ones go the blocking way while the loop's lane is made
+        answer = front.post("/v1/models/model:predict", json={"instances": [1.0]})
+        assert answer.status_code == 200, answer.text
+    loops = list(models.lanes._loops.values())
+    assert len(loops) == 1  # the app's loop
+    assert loops[0]._count >= 1
+    assert loops[0]._free  # each answer gave its lane back
+
+
+def test_a_call_sent_from_a_loop_before_a_swap_runs_on_the_new_version(
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+) -> None:
+    _, models = engine_and_frontend
+    route = p.Route("predict", "model")
+    x = p.Tensor("DT_FLOAT", (1,), [4.0])
+
+    async def run(servable: RemoteServable) -> dict[str, p.Tensor]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
+
+        def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(outputs or {})
+
+        waited = time.monotonic() + 5
+        while (
+            servable.start(
+                "serving_default", {"x": x}, ["y", "v"], deadline=None, expired="", done=done
+            )
+            is None
+        ):
+            assert time.monotonic() < waited
+            await asyncio.sleep(0.01)
+        return await asyncio.wait_for(answer, 5)
+
+    with models.lease(route) as version:
+        assert version.number == 1
+        export(tmp_path, version=2)
+        deadline = time.monotonic() + 10
+        while [s.state for s in models.status(route)] != ["AVAILABLE", "END"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        servable = version.servable
+        assert isinstance(servable, RemoteServable)
+        outputs = asyncio.run(run(servable))
+        assert list(outputs["v"].values) == [2]  # stale, sent again for version 2
+        assert version.number == 2

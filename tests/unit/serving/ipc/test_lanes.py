@@ -4,6 +4,7 @@ and memfds in this process (the engine's threads stand in for its process)."""
 from __future__ import annotations
 
 import array
+import asyncio
 import os
 import socket
 import threading
@@ -268,3 +269,115 @@ def test_a_patient_call_waits_for_the_engine_past_its_deadline(lanes: Lanes) -> 
     ends it, as a worker of one process does; the engine still gets the deadline."""
     result, _ = lanes.call("sleep", (0.3,), {}, time.monotonic() + 0.1, patient=True)
     assert result == "slept"
+
+
+# -- an event loop's own lanes (LoopLanes) and the engine's dispatcher
+
+
+async def _sent(lanes: Lanes, op: str, args: Any, inputs: Any, *, answered: Any) -> None:
+    """Start the call on this loop, once a lane of the loop's is ready (the first start
+    only has one made, on a thread: None, the caller's cue to go the blocking way)."""
+    waited = time.monotonic() + 5
+    while lanes.start(op, args, inputs, None, answered) is None:
+        assert time.monotonic() < waited, "the loop never got a lane"
+        await asyncio.sleep(0.01)
+
+
+def _on_loop(lanes: Lanes, op: str, args: Any, inputs: Any) -> tuple[Any, Any, Any, bool]:
+    """One call started from an event loop: (result, outputs, error, answered on its thread)."""
+
+    async def run() -> tuple[Any, Any, Any, bool]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[tuple[Any, Any, Any, bool]] = loop.create_future()
+        here = threading.get_ident()
+
+        def answered(result: Any, outputs: Any, error: Any) -> None:
+            answer.set_result((result, outputs, error, threading.get_ident() == here))
+
+        await _sent(lanes, op, args, inputs, answered=answered)
+        return await asyncio.wait_for(answer, 5)
+
+    return asyncio.run(run())
+
+
+def test_a_call_from_an_event_loop_is_answered_on_it(path: str, engine: EngineService) -> None:
+    lanes = Lanes(path, 2, region_bytes=64 * 1024, loop_lanes=2)
+    try:
+        result, outputs, error, on_loop = _on_loop(lanes, "double", ("m",), {"x": floats(1.5)})
+        assert (result, error, on_loop) == (("doubled", ("m",)), None, True)
+        assert list(outputs["y"].values) == [3.0]
+        _, outputs, _, _ = _on_loop(lanes, "big", (200_000,), {})  # an answer in its own region
+        assert bytes(outputs["y"].values) == b"\x07" * 200_000
+        _, _, error, _ = _on_loop(lanes, "busy", (), {})
+        assert (error.code, error.retry_after) == (Code.UNAVAILABLE, 3.0)
+    finally:
+        lanes.close()
+
+
+def test_an_event_loop_without_lanes_or_too_large_a_call_goes_the_blocking_way(
+    path: str, engine: EngineService
+) -> None:
+    none = Lanes(path, 2, region_bytes=4096)  # loop_lanes=0
+    small = Lanes(path, 2, region_bytes=4096, loop_lanes=1)
+    big = {"b": Tensor("DT_UINT8", (10_000,), bytes(10_000))}
+
+    async def starts() -> tuple[Any, Any]:
+        await _sent(small, "double", (), {"x": floats(1.0)}, answered=lambda *a: None)
+        await asyncio.sleep(0.1)  # its answer gives the lane back
+        return none.start("echo", (), {}, None, print), small.start("echo", (), big, None, print)
+
+    try:
+        assert asyncio.run(starts()) == (None, None)
+        assert none.start("echo", (), {}, None, print) is None  # no running loop
+    finally:
+        none.close()
+        small.close()
+
+
+def test_an_engine_that_dies_during_a_loop_call_is_unavailable(
+    path: str, engine: EngineService
+) -> None:
+    lanes = Lanes(path, 1, region_bytes=4096, loop_lanes=1)
+    try:
+        threading.Timer(0.3, engine.close).start()
+        _, _, error, on_loop = _on_loop(lanes, "sleep", (1.0,), {})
+        assert (error.code, error.message, on_loop) == (Code.UNAVAILABLE, ENGINE_GONE, True)
+    finally:
+        lanes.close()
+
+
+def test_short_calls_run_on_the_dispatcher_and_others_on_the_pool(path: str) -> None:
+    threads: dict[str, set[str]] = {}
+
+    def recording(op: Any, args: Any, inputs: Any, deadline: Any) -> Any:
+        threads.setdefault(op, set()).add(threading.current_thread().name)
+        return handler(op, args, inputs, deadline)
+
+    def short(op: str, args: Any) -> str | None:
+        return op if op in ("double", "sleep") else None  # "sleep" is timed, and slow
+
+    service = EngineService(path, recording, max_lanes=8, short=short)
+    service.start()
+    lanes = Lanes(path, 2, region_bytes=4096)
+    try:
+        for _ in range(5):
+            lanes.call("double", (), {"x": floats(1.0)}, None)
+            lanes.call("sleep", (0.01,), {}, None)
+            lanes.call("echo", (), {}, None)
+        # a short kind: timed once on the pool, then run where its message was read
+        assert "engine-dispatch" in threads["double"]
+        assert all(name.startswith("engine-call") for name in threads["sleep"] | threads["echo"])
+    finally:
+        lanes.close()
+        service.close()
+
+
+def test_a_slow_call_on_the_pool_holds_up_no_other_lane(lanes: Lanes) -> None:
+    slow = threading.Thread(target=lanes.call, args=("sleep", (1.0,), {}, None))
+    slow.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    for _ in range(20):
+        lanes.call("double", (), {"x": floats(1.0)}, None)
+    assert time.monotonic() - started < 0.9  # answered while the slow call still ran
+    slow.join()
