@@ -85,7 +85,7 @@ INLINE_MAX_REQUEST_BYTES = 64 * 1024
 #: call counts for in it: a call stalled once (the CPU quota's throttling, a
 #: collection) must not send a fast model to the worker.
 _AVERAGE_WEIGHT = 0.05
-_MOST_COUNTED = 4 * INLINE_BELOW_SECONDS
+_MOST_COUNTED = 4  # times the bound
 
 
 def expired_words(timeout: float) -> str:
@@ -99,20 +99,25 @@ class CallTimes:
 
     A key's first calls run on a worker, where the fastest of them gives its
     time (a worker's call also counts the work beside it, so the fastest, not
-    the average); once under INLINE_BELOW_SECONDS its calls run inline, where
+    the average); once under `below` seconds its calls run inline, where
     an average of their time decides, and a key found slower there goes back
     to the worker until a call there is fast again. (Two threads racing in
     :meth:`learn` lose one sample, which either rule shrugs off.)
     """
 
-    __slots__ = ("_seconds",)
+    __slots__ = ("_seconds", "below", "most")
 
-    def __init__(self) -> None:
+    def __init__(self, below: float = INLINE_BELOW_SECONDS) -> None:
+        #: Calls under this many seconds are short.
+        self.below = below
+        #: The most one call counts for in an average (a call stalled once must not
+        #: send a fast key to the worker).
+        self.most = below * _MOST_COUNTED
         self._seconds: dict[Hashable, float] = {}
 
     def short(self, key: Hashable) -> bool:
         seconds = self._seconds.get(key)
-        return seconds is not None and seconds < INLINE_BELOW_SECONDS
+        return seconds is not None and seconds < self.below
 
     def learn(self, key: Hashable, seconds: float, *, inline: bool) -> None:
         """Fold one call's time into its key's: inline, into an average (started
@@ -122,8 +127,8 @@ class CallTimes:
             if before is None or seconds < before:
                 self._seconds[key] = seconds
             return
-        counted = min(seconds, _MOST_COUNTED)
-        if before is None or before >= INLINE_BELOW_SECONDS:
+        counted = min(seconds, self.most)
+        if before is None or before >= self.below:
             self._seconds[key] = counted
         else:
             self._seconds[key] = before + _AVERAGE_WEIGHT * (counted - before)

@@ -11,10 +11,11 @@ One dispatcher thread waits on every lane at once (epoll, each lane armed
 for one message at a time), so a wake-up serves every lane that is ready and
 no thread hands the GIL to another per call. It reads the inputs as views of
 the region (no copy) and runs the call itself when the calls of its kind (a
-model's predicts, ``short``) take under 2 ms (core/admission.py's
-CallTimes: the rule the transports' loops use); any other call (a slow
-model, a batched predict waiting for its batch, the control operations)
-runs on a thread of a pool, as many as there are lanes. Either writes the
+model's predicts, ``short``) take under SHORT_SECONDS, 0.5 ms
+(core/admission.py's CallTimes: the rule the transports' loops use for
+their inline calls, with a lower bound); any other call (a longer model, a
+batched predict waiting for its batch, the control operations) runs on a
+thread of a pool, as many as there are lanes. Either writes the
 output tensors after the inputs (or into a one-off region when they do not
 fit), answers, and arms the lane again. A message that names memory outside
 its region, or cannot be read, is answered INTERNAL and logged: it is a
@@ -56,6 +57,17 @@ Handler = Callable[
 #: that never runs on the dispatcher.
 Short = Callable[[str, tuple[Any, ...]], Hashable | None]
 
+#: A kind of call runs on the dispatcher while its calls take under this: there the
+#: hand-off to a pool thread and back (about 50 µs of CPU) would cost 10% or more,
+#: and every other lane waits for at most this long. A longer call (a model whose
+#: TensorFlow work is more than Python's) runs on the pool, where calls run side by
+#: side on as many cores as the container has.
+SHORT_SECONDS = 0.0005
+
+#: Seconds close() waits for the dispatcher to end (it ends once the lanes it holds
+#: have: at once, their sockets being shut down).
+CLOSE_WAIT = 2.0
+
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 #: A lane is armed for one message (its next is read once this one is answered).
 _ARMED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
@@ -64,9 +76,11 @@ _ARMED = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLONESHOT
 class _Lane:
     """One front-end's lane, as the engine holds it."""
 
-    __slots__ = ("buffer", "conn", "fd", "pid", "region")
+    __slots__ = ("buffer", "busy", "conn", "fd", "pid", "region")
 
     def __init__(self, conn: socket.socket, region: Region, pid: int) -> None:
+        #: Its call runs on the pool (the lane is not armed, and is that thread's).
+        self.busy = False
         self.conn = conn
         self.fd = conn.fileno()
         self.region = region
@@ -94,10 +108,14 @@ class EngineService:
         self._lanes: dict[int, _Lane] = {}
         self._lock = threading.Lock()
         self._closed = False
+        #: close() was called: the dispatcher ends once only busy lanes are left.
+        self._closing = False
+        #: The dispatcher has ended and closed its epoll and its wake-up descriptor.
+        self._stopped = False
         self._epoll = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll.register(self._wake, select.EPOLLIN)
-        self._times = CallTimes()
+        self._times = CallTimes(below=SHORT_SECONDS)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_lanes, thread_name_prefix="engine-call"
         )
@@ -188,7 +206,11 @@ class EngineService:
                 lane = self._lanes.get(fd)
                 if lane is not None:
                     self._readable(lane)
-            if self._closed and not self._lanes:
+            if (self._closed and not self._lanes) or (
+                self._closing and all(lane.busy for lane in list(self._lanes.values()))
+            ):
+                with self._lock:
+                    self._stopped = True
                 self._epoll.close()
                 os.close(self._wake)
                 return
@@ -219,6 +241,7 @@ class EngineService:
             self._reply(lane, *self._answer(message, fds, lane.region))
             self._times.learn(kind, time.perf_counter() - started, inline=True)
             return
+        lane.busy = True
         try:
             self._pool.submit(self._pooled, lane, message, fds, kind)
         except RuntimeError:  # shut down: the engine is stopping
@@ -253,6 +276,7 @@ class EngineService:
         self._arm(lane)
 
     def _arm(self, lane: _Lane) -> None:
+        lane.busy = False
         try:
             self._epoll.modify(lane.fd, _ARMED)
         except (OSError, ValueError):  # the engine is closing
@@ -356,14 +380,17 @@ class EngineService:
     def close(self) -> None:
         """Stop accepting, close every lane (their calls in flight end), remove the socket."""
         with self._lock:
-            self._closed = True
+            self._closed = self._closing = True
             lanes = [lane.conn for lane in self._lanes.values()]
         self._listener.close()
         for conn in lanes:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # the dispatcher (or the call's thread) ends it
-        with contextlib.suppress(OSError):
-            os.eventfd_write(self._wake, 1)  # to notice it is closed
+        with self._lock, contextlib.suppress(OSError):
+            if not self._stopped:  # else its descriptor is closed (and may be another's now)
+                os.eventfd_write(self._wake, 1)  # to notice it is closed
         self._pool.shutdown(wait=False)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        if self._dispatcher.is_alive() and threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join(CLOSE_WAIT)  # its descriptors are closed when this returns
