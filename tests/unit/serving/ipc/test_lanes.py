@@ -354,7 +354,7 @@ def test_short_calls_run_on_the_dispatcher_and_others_on_the_pool(path: str) -> 
         return handler(op, args, inputs, deadline)
 
     def short(op: str, args: Any) -> str | None:
-        return op if op in ("double", "sleep") else None  # "sleep" is timed, and slow
+        return op if op in ("double", "sleep") else None  # "sleep" is timed: too long
 
     service = EngineService(path, recording, max_lanes=8, short=short)
     service.start()
@@ -362,7 +362,7 @@ def test_short_calls_run_on_the_dispatcher_and_others_on_the_pool(path: str) -> 
     try:
         for _ in range(5):
             lanes.call("double", (), {"x": floats(1.0)}, None)
-            lanes.call("sleep", (0.01,), {}, None)
+            lanes.call("sleep", (0.001,), {}, None)  # short for a loop (2 ms), not here
             lanes.call("echo", (), {}, None)
         # a short kind: timed once on the pool, then run where its message was read
         assert "engine-dispatch" in threads["double"]
