@@ -4,11 +4,17 @@ Service "" is SERVING once every model of the start-up configuration serves
 a version and NOT_SERVING while loading or draining; a service named after a
 model is SERVING while that model has an available version; TF Serving's own
 names "PredictionService" and "ModelService" are SERVING until the drain.
+
+A Check reads readiness when it is asked, as GET /readyz does, so the two
+never disagree (a gRPC probe right after /readyz said 200 once saw the
+NOT_SERVING of the last poll); Watch streams are told of changes as the
+poll finds them, every HEALTH_EVERY seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,7 +39,9 @@ class Health(health_pb2_grpc.HealthServicer):
     NOT_SERVING and then its stream ends, and only real calls hold the drain.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        #: Sets every service's status from readiness as of now (before a Check).
+        self._refresh = refresh
         self._status: dict[str, int] = {}
         self._changed = asyncio.Condition()
         self._closed = False
@@ -52,6 +60,8 @@ class Health(health_pb2_grpc.HealthServicer):
             self._changed.notify_all()
 
     async def Check(self, request: Any, context: Context) -> Any:
+        if self._refresh is not None and not self._closed:
+            await self._refresh()
         status = self._status.get(request.service)
         if status is None:
             await abort(context, "NOT_FOUND", f"unknown service {request.service!r}")

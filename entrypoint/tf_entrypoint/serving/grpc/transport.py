@@ -155,7 +155,7 @@ class GrpcServer:
         add_prediction_service(PredictionService(handlers), services)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(handlers), services)
         add_inference_service(InferenceService(handlers), services)
-        self.health = Health()
+        self.health = Health(refresh=self._update_health)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, services)
         credentials = self._credentials()
         for address in self.addresses():
