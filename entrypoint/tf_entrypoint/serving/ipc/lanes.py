@@ -506,8 +506,8 @@ class LoopLanes:
         self._making = False
         try:
             lane = made.result()
-        except (OSError, wire.WireError, asyncio.CancelledError):
-            self._count -= 1
+        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - refused, gone: made later
+            self._count -= 1  # the next call that finds no free lane tries again
             return
         if self._closed:
             lane.close()
