@@ -129,8 +129,30 @@ def test_a_swap_fails_no_request_and_the_new_version_answers(
     assert answer.json() == {"outputs": {"y": [2.5], "v": [2]}}
 
 
+async def _started(servable: RemoteServable, inputs: dict[str, p.Tensor]) -> dict[str, p.Tensor]:
+    """A run sent from this event loop (RemoteServable.start), once the loop has a lane."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
+
+    def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(outputs or {})
+
+    waited = time.monotonic() + 5
+    while (
+        servable.start("serving_default", inputs, ["y", "v"], deadline=None, expired="", done=done)
+        is None
+    ):
+        assert time.monotonic() < waited
+        await asyncio.sleep(0.01)
+    return await asyncio.wait_for(answer, 5)
+
+
+@pytest.mark.parametrize("way", ["blocking", "from a loop"])
 def test_a_lease_from_before_a_swap_runs_on_the_new_version(
-    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
+    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path, way: str
 ) -> None:
     _, models = engine_and_frontend
     route = p.Route("predict", "model")
@@ -142,10 +164,13 @@ def test_a_lease_from_before_a_swap_runs_on_the_new_version(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         servable = version.servable
-        assert servable is not None
+        assert isinstance(servable, RemoteServable)
         x = p.Tensor("DT_FLOAT", (1,), [4.0])
-        outputs = servable.run("serving_default", {"x": x}, ["y", "v"])
-        assert list(outputs["v"].values) == [2]  # stale, retried on version 2
+        if way == "blocking":
+            outputs = servable.run("serving_default", {"x": x}, ["y", "v"])
+        else:
+            outputs = asyncio.run(_started(servable, {"x": x}))
+        assert list(outputs["v"].values) == [2]  # stale, sent again for version 2
         assert version.number == 2
 
 
@@ -261,45 +286,3 @@ def test_rest_predicts_are_sent_from_the_loop_once_it_has_lanes(
     assert len(loops) == 1  # the app's loop
     assert loops[0]._count >= 1
     assert loops[0]._free  # each answer gave its lane back
-
-
-def test_a_call_sent_from_a_loop_before_a_swap_runs_on_the_new_version(
-    engine_and_frontend: tuple[TestClient, RemoteModels], tmp_path: Path
-) -> None:
-    _, models = engine_and_frontend
-    route = p.Route("predict", "model")
-    x = p.Tensor("DT_FLOAT", (1,), [4.0])
-
-    async def run(servable: RemoteServable) -> dict[str, p.Tensor]:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
-
-        def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
-            if error is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(outputs or {})
-
-        waited = time.monotonic() + 5
-        while (
-            servable.start(
-                "serving_default", {"x": x}, ["y", "v"], deadline=None, expired="", done=done
-            )
-            is None
-        ):
-            assert time.monotonic() < waited
-            await asyncio.sleep(0.01)
-        return await asyncio.wait_for(answer, 5)
-
-    with models.lease(route) as version:
-        assert version.number == 1
-        export(tmp_path, version=2)
-        deadline = time.monotonic() + 10
-        while [s.state for s in models.status(route)] != ["AVAILABLE", "END"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        servable = version.servable
-        assert isinstance(servable, RemoteServable)
-        outputs = asyncio.run(run(servable))
-        assert list(outputs["v"].values) == [2]  # stale, sent again for version 2
-        assert version.number == 2
