@@ -177,8 +177,21 @@ class Lane:
             if oneoff is not None:
                 oneoff.close()
         reply, answer_fd = self._receive(None if patient else deadline)
+        return self.answer(reply, answer_fd, wrap, used)
+
+    def answer(
+        self, reply: tuple[Any, ...], answer_fd: int | None, wrap: wire.Wrap | None, used: int
+    ) -> tuple[Any, dict[str, Tensor]]:
+        """An answer's (result, output tensors), copied out of the region (or out of the
+        one-off region `answer_fd`); ServingError as the engine answered. `used`: the
+        region's bytes the call's inputs took (more than TRIM_AFTER: the rest is given
+        back)."""
+        region = self.region
+        assert region is not None  # noqa: S101 - open lanes have one
         code, text, result, out_slots = reply[0], reply[1], reply[2], reply[3]
         if code != Code.OK:
+            if answer_fd is not None:
+                os.close(answer_fd)
             refusal = Refusal(reply[5]) if len(reply) > 5 and reply[5] else None
             raise ServingError(Code.of(code), text, retry_after=reply[4] or None, refusal=refusal)
         if answer_fd is not None:
@@ -425,35 +438,28 @@ class LoopLane:
             if answered is not None:
                 answered(None, None, engine_gone())
             return
+        for fd in fds[1:]:
+            os.close(fd)
         try:
-            reply = wire.loads(data)
-            code = reply[0]
-            if code != Code.OK:
-                refusal = Refusal(reply[5]) if len(reply) > 5 and reply[5] else None
-                error = ServingError(
-                    Code.of(code), reply[1], retry_after=reply[4] or None, refusal=refusal
-                )
-                for fd in fds:
-                    os.close(fd)
-                self.lanes.give(self)
-                answered(None, None, error)
-                return
-            out_slots = reply[3]
-            if fds:
-                outputs = Lane._read_oneoff(fds[0], out_slots, self.lanes.owner.wrap)
-            else:
-                region = lane.region
-                assert region is not None  # noqa: S101 - open lanes have one
-                outputs = wire.read(out_slots, region.view, self.lanes.owner.wrap, copy=True)
-                used = max(self.used, max((s[4] + s[5] for s in out_slots), default=0))
-                if used > TRIM_AFTER:
-                    region.trim(TRIM_AFTER)
+            try:
+                reply = wire.loads(data)
+            except wire.WireError:
+                if fds:
+                    os.close(fds[0])
+                raise
+            result, outputs = lane.answer(
+                reply, fds[0] if fds else None, self.lanes.owner.wrap, self.used
+            )
+        except ServingError as error:  # the engine's answer: the lane goes on
+            self.lanes.give(self)
+            answered(None, None, error)
+            return
         except (wire.WireError, ValueError, TypeError, IndexError) as err:
             self.drop()
             answered(None, None, ServingError(Code.INTERNAL, f"engine answer: {err}"))
             return
         self.lanes.give(self)
-        answered(reply[2], outputs, None)
+        answered(result, outputs, None)
 
     def drop(self) -> None:
         """Close the lane for good (on its loop)."""
