@@ -5,10 +5,10 @@ a version and NOT_SERVING while loading or draining; a service named after a
 model is SERVING while that model has an available version; TF Serving's own
 names "PredictionService" and "ModelService" are SERVING until the drain.
 
-A Check reads readiness when it is asked, as GET /readyz does, so the two
-never disagree (a gRPC probe right after /readyz said 200 once saw the
-NOT_SERVING of the last poll); Watch streams are told of changes as the
-poll finds them, every HEALTH_EVERY seconds.
+A Check, and the first answer of a Watch, read readiness when asked, as GET
+/readyz does, so the two never disagree (a gRPC probe right after /readyz
+said 200 once saw the NOT_SERVING of the last poll); Watch streams are then
+told of changes as the poll finds them, every HEALTH_EVERY seconds.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ class Health(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: Context) -> None:
+        if self._refresh is not None and not self._closed:
+            await self._refresh()  # its first answer is as of now, as a Check's
         last = None
         async with self._changed:
             while True:
