@@ -471,9 +471,9 @@ class LoopLanes:
 
     :meth:`start` sends a call and returns at once; the loop's reader hands the
     answer to the call's `answered`. With no free lane, a new one is made on a
-    thread of the loop's executor (a lane's handshake waits for the engine,
-    which the loop must not) and the call goes the blocking way meanwhile
-    (None), as a call too large for a lane's region does.
+    thread (a lane's handshake waits for the engine, which the loop must not)
+    and the call goes the blocking way meanwhile (None), as a call too large
+    for a lane's region does.
     """
 
     def __init__(self, owner: Lanes, loop: asyncio.AbstractEventLoop, max_lanes: int) -> None:
@@ -504,15 +504,25 @@ class LoopLanes:
         if not (self._making or self._closed) and self._count < self.max_lanes:
             self._making = True
             self._count += 1
-            made = self.loop.run_in_executor(None, Lane, self.owner.path, self.owner.region_bytes)
-            made.add_done_callback(self._made)
+            threading.Thread(target=self._make, name="loop-lane", daemon=True).start()
         return None
 
-    def _made(self, made: asyncio.Future[Lane]) -> None:
-        self._making = False
+    def _make(self) -> None:
+        """On a thread of its own (never the loop's executor, whose shutdown would wait
+        for a handshake): a lane, handed to the loop."""
         try:
-            lane = made.result()
-        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - refused, gone: made later
+            lane: Lane | None = Lane(self.owner.path, self.owner.region_bytes)
+        except (OSError, wire.WireError):  # refused, or the engine is gone: made later
+            lane = None
+        try:
+            self.loop.call_soon_threadsafe(self._made, lane)
+        except RuntimeError:  # the loop has closed
+            if lane is not None:
+                lane.close()
+
+    def _made(self, lane: Lane | None) -> None:
+        self._making = False
+        if lane is None:
             self._count -= 1  # the next call that finds no free lane tries again
             return
         if self._closed:
