@@ -495,3 +495,12 @@ def test_a_batched_predict_that_times_out_while_running_keeps_its_place_until_it
     finally:
         running.set()
     assert pool.admitted == 0
+
+
+def test_a_call_that_names_no_model_never_runs_on_the_loop() -> None:
+    """A predict that could not be queued from the loop (core/queued.py: no lane free
+    yet, or not batchable) may wait for its batch: however fast such calls have been,
+    none runs inline, where it would hold the loop."""
+    pool = InferencePool(workers=1, max_queue=4, metrics=Metrics(), inline=True)
+    names = threads_of(pool, [(quick, "", 10)] * 4)
+    assert all(name.startswith("inference") for name in names)

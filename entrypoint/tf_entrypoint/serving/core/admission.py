@@ -248,7 +248,8 @@ class InferencePool:
         """Run `work` on a worker; `admission`: the place admit() gave (else taken now).
 
         `model` and `size` (the request's bytes) decide whether it may run
-        inline (see the class).
+        inline (see the class); without a model it never does (a predict that
+        could not be queued from the loop may wait for its batch: core/queued.py).
         """
         place = self.admit() if admission is None else admission
         place.handed = True
@@ -274,7 +275,8 @@ class InferencePool:
 
     def _may_run_inline(self, model: str, size: int) -> bool:
         return (
-            self._times.short(model)
+            bool(model)  # a call that names no model (a batched run's) is never timed
+            and self._times.short(model)
             and size <= INLINE_MAX_REQUEST_BYTES
             and not self._closed
             and self._turns.acquire(blocking=False)
