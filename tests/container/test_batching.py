@@ -208,22 +208,30 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
 ) -> None:
     """max_batch_size 1, max_enqueued_batches 1, one batch thread; on any CPU.
 
-    Whichever request comes first runs until the test opens the gate, so
-    exactly one runs, one waits in the only batch allowed and the rest are
-    refused, whatever the CPU's speed and the order of arrival; the gate
-    opens only once the refusals are in. A deadline passes while queued
-    behind the held request, however short or long it is.
+    The first request runs until the test opens the gate (the others are
+    sent once its batch has started), so exactly one runs, one waits in the
+    only batch allowed and the rest are refused, whatever the CPU's speed and
+    the order of arrival; the gate opens only once the refusals are in. A
+    deadline passes while queued behind the held request, however short or
+    long it is.
     """
     gate = Gate(tmp_path / "gates")
     tight = spec("--enable_batching", "--batching_parameters_file=/models/tight.txt", gate=gate)
     with servers.private(tight) as server:
+        before = server.metric("serving_batches_total")
         with ThreadPoolExecutor(5) as pool, gate.shut(OPEN):
-            futures = [pool.submit(gated, server) for _ in range(5)]
+            # The first runs (its batch has started) before the others are sent: else, on a
+            # busy host, all five could arrive before the batch thread took the first
+            # from the queue, and four would find it full.
+            first = pool.submit(gated, server)
+            started = settles(first, running(server, before))
+            futures = [first, *(pool.submit(gated, server) for _ in range(4))]
             three_answered = lambda: sum(f.done() for f in futures) >= 3  # noqa: E731
             settled = poll(three_answered, 120, 0.05)
             gate.open(OPEN)
             answers = [future.result() for future in futures]
         statuses = [answer.status_code for answer in answers]
+        assert started, (statuses, server.logs())
         assert settled, statuses
         assert sorted(statuses) == [200, 200, 503, 503, 503], statuses
         refused = [answer for answer in answers if answer.status_code == 503]
@@ -241,15 +249,20 @@ def test_a_full_queue_is_503_or_resource_exhausted_and_deadlines_count_queueing(
             "protocol": "v1",
         }
         exhausted = server.metric("serving_grpc_requests_total", **labels)
-        with ThreadPoolExecutor(1) as pool, gate.shut(OPEN):
-            sent = pool.submit(server.grpc, {"op": "parallel", "ops": [GATED] * 5})
+        before = server.metric("serving_batches_total")
+        with ThreadPoolExecutor(2) as pool, gate.shut(OPEN):
+            alone = pool.submit(server.grpc, GATED)  # running before the others, as above
+            started = settles(alone, running(server, before))
+            sent = pool.submit(server.grpc, {"op": "parallel", "ops": [GATED] * 4})
             three_refused = lambda: (  # noqa: E731
                 server.metric("serving_grpc_requests_total", **labels) - exhausted >= 3
             )
             settled = settles(sent, three_refused)
             gate.open(OPEN)
+            (ran,) = alone.result()
             (grpc,) = sent.result()
-        codes = [result["answers"][0][0] for result in grpc["results"]]
+        codes = [result["answers"][0][0] for result in [ran, *grpc["results"]]]
+        assert started, (codes, server.logs())
         assert settled, codes
         assert sorted(codes) == ["OK", "OK"] + ["RESOURCE_EXHAUSTED"] * 3, codes
 
