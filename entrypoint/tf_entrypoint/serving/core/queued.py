@@ -4,7 +4,7 @@
 has run: for its batch (--enable_batching: the batch thread calls it), or,
 in a front-end of several processes, for the engine (ipc/remote.py: the
 loop's own lane to the engine calls it when the answer comes). The
-transport awaits :func:`run_queued` on its loop instead of handing the
+transport awaits :func:`queued_start`'s run on its loop instead of handing the
 request to a worker thread that would wait (issue 24: waking those threads
 cost what batching saved; issue 34: a front-end's loop that waited for the
 engine served nobody meanwhile).
@@ -17,12 +17,14 @@ place until it ends, as a call on a worker does (docs/robustness.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from tf_entrypoint.serving.core import types as p
-from tf_entrypoint.serving.core.admission import Admission
+from tf_entrypoint.serving.core.admission import Admission, InferencePool, expired_words
+from tf_entrypoint.serving.core.calls import Start
 from tf_entrypoint.serving.core.deadlines import within
 from tf_entrypoint.serving.core.drain import TIMEOUT_ERRORS
 from tf_entrypoint.serving.core.errors import Code, ServingError
@@ -82,40 +84,43 @@ def _settle(
         answered.set_result(outputs or {})
 
 
-async def run_queued(
-    servable: Servable,
-    name: str,
-    tensors: Mapping[str, p.Tensor],
-    wanted: tuple[str, ...],
-    *,
-    deadline: float | None,
-    expired: str,
-    admission: Admission,
-    otherwise: Callable[[], Awaitable[dict[str, p.Tensor]]],
-) -> dict[str, p.Tensor]:
-    """The outputs of a checked predict queued with ``servable.start``, awaited on this
-    loop until `deadline` (then DEADLINE_EXCEEDED with `expired`); a servable that
-    cannot queue it (not batchable, no free lane) runs it by `otherwise()`."""
-    loop = asyncio.get_running_loop()
-    here = threading.get_ident()
-    answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
-    finished = Finished()
+def queued_start(pool: InferencePool, timeout: float, admission: Admission) -> Start:
+    """The `start` of :meth:`CoreCalls.predict_started` for a predict queued from this
+    loop, within `timeout` (--request-timeout or the client's; 0: none), holding
+    `admission`'s place: queued with ``servable.start`` and awaited here (then
+    DEADLINE_EXCEEDED in `expired_words`); a servable that cannot queue it (not
+    batchable, no free lane) runs it on one of `pool`'s workers."""
+    deadline = time.monotonic() + timeout if timeout else None
+    expired = expired_words(timeout)
 
-    def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
-        finished.now()
-        if threading.get_ident() == here:  # the loop's own lane answered: no wake-up needed
-            _settle(answered, outputs, error)
-        else:  # the batch thread
-            loop.call_soon_threadsafe(_settle, answered, outputs, error)
+    async def start(
+        servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
+    ) -> dict[str, p.Tensor]:
+        loop = asyncio.get_running_loop()
+        here = threading.get_ident()
+        answered: asyncio.Future[dict[str, p.Tensor]] = loop.create_future()
+        finished = Finished()
 
-    queued = servable.start(name, tensors, wanted, deadline=deadline, expired=expired, done=done)
-    if queued is None:
-        return await otherwise()
-    try:
-        return await within(answered, remaining(deadline))
-    except TIMEOUT_ERRORS:
-        hold_while_running(queued, finished, admission)
-        raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
-    except asyncio.CancelledError:
-        hold_while_running(queued, finished, admission)
-        raise
+        def done(outputs: dict[str, p.Tensor] | None, error: BaseException | None) -> None:
+            finished.now()
+            if threading.get_ident() == here:  # the loop's own lane answered: no wake-up
+                _settle(answered, outputs, error)
+            else:  # the batch thread
+                loop.call_soon_threadsafe(_settle, answered, outputs, error)
+
+        queued = servable.start(
+            name, tensors, wanted, deadline=deadline, expired=expired, done=done
+        )
+        if queued is None:  # not queued: run alone, on a worker
+            run = functools.partial(servable.run, name, tensors, wanted, batch=True)
+            return await pool.run(run, timeout, admission)
+        try:
+            return await within(answered, remaining(deadline))
+        except TIMEOUT_ERRORS:
+            hold_while_running(queued, finished, admission)
+            raise ServingError(Code.DEADLINE_EXCEEDED, expired) from None
+        except asyncio.CancelledError:
+            hold_while_running(queued, finished, admission)
+            raise
+
+    return start

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -34,7 +33,6 @@ from tf_entrypoint.serving.core.admission import (
     EVICTED,
     INLINE_MAX_REQUEST_BYTES,
     Admission,
-    expired_words,
 )
 from tf_entrypoint.serving.core.calls import Ask, Predicted
 from tf_entrypoint.serving.core.deadlines import within
@@ -46,7 +44,7 @@ from tf_entrypoint.serving.core.errors import (
     invalid_argument,
     log_server_fault,
 )
-from tf_entrypoint.serving.core.queued import run_queued
+from tf_entrypoint.serving.core.queued import queued_start
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.grpc import profiler
@@ -342,22 +340,8 @@ class Calls:
         Only for a small message (:meth:`queues`): its decoding runs on the loop."""
         self.manager.check(route)
         timeout = self.timeout(context)
-        deadline = time.monotonic() + timeout if timeout else None
         place = self.state.pool.admit() if admission is None else admission
-        pool = self.state.pool
-
-        async def start(
-            servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
-        ) -> dict[str, p.Tensor]:
-            async def alone() -> dict[str, p.Tensor]:  # not queued: run alone, on a worker
-                run = functools.partial(servable.run, name, tensors, wanted, batch=True)
-                return await pool.run(run, timeout, place)
-
-            return await run_queued(
-                servable, name, tensors, wanted, deadline=deadline,
-                expired=expired_words(timeout), admission=place, otherwise=alone,
-            )  # fmt: skip
-
+        start = queued_start(self.state.pool, timeout, place)
         try:
             with self._deadline_words(timeout):
                 return await self.core.predict_started(route, "Predict", decode, start)

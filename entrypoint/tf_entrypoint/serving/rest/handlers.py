@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -32,13 +32,12 @@ from tf_entrypoint.serving.core import types as p
 from tf_entrypoint.serving.core.admission import (
     INLINE_MAX_REQUEST_BYTES,
     Admission,
-    expired_words,
 )
 from tf_entrypoint.serving.core.calls import Ask, CoreCalls
 from tf_entrypoint.serving.core.inference import Decoded
 from tf_entrypoint.serving.core.limits import RequestLimits
 from tf_entrypoint.serving.core.models import ModelTable
-from tf_entrypoint.serving.core.queued import run_queued
+from tf_entrypoint.serving.core.queued import queued_start
 from tf_entrypoint.serving.core.servable import Servable
 from tf_entrypoint.serving.core.serving_core import ServingCore
 from tf_entrypoint.serving.rest.body import Body, Disconnected, Receive, Scope, read_body
@@ -258,9 +257,7 @@ class Endpoints:
         (docs/robustness.md, "Memory per request"). A call that cannot be
         queued runs on a worker as before.
         """
-        state, timeout = self.state, self.config.request_timeout
-        deadline = time.monotonic() + timeout if timeout else None
-        expired = expired_words(timeout)
+        state = self.state
         held = True  # the JSON conversion slot the caller took, until the body is parsed
 
         def decode(servable: Servable) -> Ask[json_tensor.RequestFormat]:
@@ -274,18 +271,7 @@ class Endpoints:
                 state.limits.converting.release()
             return Ask(request.signature_name, Decoded(request.inputs), request.format, rest=True)
 
-        async def start(
-            servable: Servable, name: str, tensors: Mapping[str, p.Tensor], wanted: tuple[str, ...]
-        ) -> dict[str, p.Tensor]:
-            async def alone() -> dict[str, p.Tensor]:  # not queued: run alone, on a worker
-                run = functools.partial(servable.run, name, tensors, wanted, batch=True)
-                return await state.pool.run(run, timeout, admission)
-
-            return await run_queued(
-                servable, name, tensors, wanted,
-                deadline=deadline, expired=expired, admission=admission, otherwise=alone,
-            )  # fmt: skip
-
+        start = queued_start(state.pool, self.config.request_timeout, admission)
         try:
             predicted = await state.call.predict_started(route, "Predict", decode, start)
         finally:
